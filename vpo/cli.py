@@ -1,0 +1,48 @@
+"""The `vpo` command: one subcommand per pipeline stage.
+
+Each subcommand lives in the module that does the work; that module defines
+`add_arguments(parser)` and `run(args) -> int`. The module is imported only when its subcommand
+runs, so `vpo --help` and the cheap stages never import torch, transformers or veRL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "preprocess": ("vpo.preprocess", "write a task's train/test parquet in veRL's row schema"),
+    "base-model": ("vpo.local.base", "build the tiny CPU base model for a task (warm start)"),
+    "train": ("vpo.train", "train one method/task/seed cell (local CPU or veRL backend)"),
+    "merge": ("vpo.merge", "turn a cell's checkpoints into a Hugging Face model directory"),
+    "eval": ("vpo.evaluate", "sample the candidate pool of a model on a task's test split and score it"),
+    "aggregate": ("vpo.aggregate", "collect every cell's eval results into one table with seed statistics"),
+    "table": ("vpo.tables", "write a paper table (csv, md, tex) from aggregated results"),
+    "plot": ("vpo.plots", "draw a paper figure from aggregated results"),
+    "evolve": ("vpo.evolve", "evolutionary search with a trained model as the mutation operator"),
+}
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vpo", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            importlib.import_module(module_name).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    command = command if command in COMMANDS else None
+    args = build_parser(command).parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
