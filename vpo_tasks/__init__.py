@@ -2,3 +2,5 @@
 
 Adding a task: write `vpo_tasks/<name>.py` and add its import line below.
 """
+
+from vpo_tasks import maze  # noqa: E402,F401

@@ -1,0 +1,93 @@
+"""The reward dispatcher veRL (and the local trainer, and evaluation) calls for every response.
+
+`compute_score(data_source, solution_str, ground_truth, extra_info)` routes on `data_source` to the
+task and picks the mode per row:
+
+- multi-answer when `extra_info["num_solutions"]` (m) > 1: the task's (m, k) matrix; `score` is the
+  Multi-RLVR scalar (sum over the m rows of the task scalar);
+- goal-conditioned (or hidden random weights) when `ground_truth["weights"]` is present:
+  `score = w . channels` of the single answer;
+- otherwise single-answer: `score` is the task's fixed scalar.
+
+A row asking for both m > 1 and weights is a configuration error and raises. Model text never
+raises: unparseable output scores zero.
+
+Returned keys (identical for every row of a task, whatever the mode):
+    score        float, the method's scalar (above)
+    sub_scores   JSON text of the (m, k) matrix (m = 1 outside multi-answer mode); JSON because k
+                 varies per problem for some tasks and veRL's reward_extra_info must stay 1-D
+    <objective>  one float per objective: the best row's values (best by the task scalar; first on
+                 ties), i.e. the single answer's values outside multi-answer mode
+    acc          1.0 if some answer is solved (`Task.is_correct`), else 0.0
+    num_answers  distinct parsed answers (0 = parse failure)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import numpy as np
+
+from vpo.task import Task, resolve
+
+
+def _num_solutions(extra_info: Mapping[str, Any] | None) -> int:
+    value = (extra_info or {}).get("num_solutions") if isinstance(extra_info, Mapping) else None
+    if value is None:
+        return 1
+    m = int(value)
+    if m < 1:
+        raise ValueError(f"extra_info['num_solutions'] must be >= 1, got {value!r}")
+    return m
+
+
+def _weights(ground_truth: Mapping[str, Any], task: Task) -> np.ndarray | None:
+    value = ground_truth.get("weights") if isinstance(ground_truth, Mapping) else None
+    if value is None:
+        return None
+    w = np.asarray(value, dtype=float).reshape(-1)
+    if w.shape != (task.k,) or not np.all(np.isfinite(w)):
+        raise ValueError(f"ground_truth['weights'] must be {task.k} finite floats for task {task.name!r}, got {value!r}")
+    return w
+
+
+def score_matrix(task: Task, text: str, ground_truth: Mapping[str, Any], m: int) -> list[list[float]]:
+    """The (m, k) matrix of one response (m = 1: the single-answer parse)."""
+    if m > 1:
+        return task.score_multi(text, ground_truth, m)
+    return [task.score_single(text, ground_truth)]
+
+
+def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str, Any],
+                  extra_info: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+    """Score one response; see the module docstring for modes and keys."""
+    task = resolve(str(data_source))
+    m = _num_solutions(extra_info)
+    weights = _weights(ground_truth, task)
+    if m > 1 and weights is not None:
+        raise ValueError("a row cannot be both multi-answer (num_solutions > 1) and weighted "
+                         "(ground_truth['weights']); prepare the row for one method")
+    text = solution_str if isinstance(solution_str, str) else ("" if solution_str is None else str(solution_str))
+
+    matrix = score_matrix(task, text, ground_truth, m)
+    scalars = [task.scalar(row) for row in matrix]
+    best = int(np.argmax(scalars))
+    if m > 1:
+        score = float(sum(scalars))
+    elif weights is not None:
+        score = float(np.dot(weights, matrix[0]))
+    else:
+        score = scalars[0]
+    num_answers = len(task.split_answers(text, m)) if m > 1 else int(task.parses(text))
+    result: dict[str, Any] = {"score": score, "sub_scores": json.dumps(matrix)}
+    result.update({name: float(v) for name, v in zip(task.objective_names, matrix[best])})
+    result["acc"] = float(any(task.is_correct(row) for row in matrix))
+    result["num_answers"] = float(num_answers)
+    return result
+
+
+def decode_sub_scores(value: Any) -> np.ndarray:
+    """The (m, k) float64 matrix from `sub_scores` JSON text (or an already decoded list)."""
+    data = json.loads(value) if isinstance(value, (str, bytes)) else value
+    return np.asarray(data, dtype=float).reshape(len(data), -1) if len(data) else np.zeros((0, 0))
