@@ -1,0 +1,199 @@
+"""Reading config.yaml: validate, apply the active preset, validate again.
+
+Every part of the pipeline (the Snakefile, the trainers, evaluation, the veRL launcher) reads the
+experiment through `load_config` / `resolve_config`, so a typo fails the same way everywhere: one
+`ConfigError` that names the key and says what to change, before any work starts.
+
+Needs only PyYAML and jsonschema.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = "config.yaml"
+
+# Environment variables the workflow sets for every `vpo` command it runs, so a command that is
+# not given --config/--preset still reads the experiment the workflow is running.
+ENV_CONFIG = "VPO_CONFIG"
+ENV_PRESET = "VPO_PRESET"
+
+
+class ConfigError(ValueError):
+    """config.yaml (or an override) is invalid; the message names the key and the fix."""
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Return base with override merged in: mappings merge recursively, anything else replaces."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _key_path(parts) -> str:
+    """['task_settings', 'maze', 'eval', 'seeds', 0] -> 'task_settings.maze.eval.seeds[0]'."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<top level>"
+
+
+def _load_schema() -> dict:
+    if not SCHEMA_PATH.exists():
+        raise ConfigError(f"the config schema {SCHEMA_PATH} is missing; run from a full checkout")
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:
+    """Check cfg against the schema; raise ConfigError listing each bad key (first five)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_load_schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if not errors:
+        return
+    where = f"{source}{' ' + stage if stage else ''}"
+    lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors[:5]]
+    more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+    raise ConfigError(
+        f"invalid config ({where}):\n  " + "\n  ".join(lines) + more
+        + f"\n  (allowed keys and values: {SCHEMA_PATH.relative_to(REPO_ROOT)})"
+    )
+
+
+def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
+    """Rules spanning several keys, which the schema cannot express."""
+    problems = []
+    for task in cfg["tasks"]:
+        if task not in cfg["task_settings"]:
+            problems.append(
+                f"tasks: '{task}' has no settings; add task_settings.{task} "
+                "(data, m, model, max_prompt_length, max_response_length, epochs, gpus, eval) "
+                "or remove it from tasks"
+            )
+    for method in cfg["methods"]:
+        if method not in cfg["method_settings"]:
+            problems.append(f"methods: '{method}' has no settings; add method_settings.{method} (may be {{}})")
+    for task in cfg["tasks"]:
+        settings = cfg["task_settings"].get(task)
+        if settings is None:
+            continue
+        budget = settings["eval"]["budget"]
+        if cfg["report"]["best_at"] > budget:
+            problems.append(
+                f"report.best_at: {cfg['report']['best_at']} exceeds task_settings.{task}.eval.budget "
+                f"({budget}); lower report.best_at or raise the budget"
+            )
+        if cfg["backend"] == "verl" and settings["gpus"] < 1:
+            problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
+    if problems:
+        raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))
+
+
+def resolve_config(
+    raw: Mapping[str, Any],
+    preset: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    source: str = DEFAULT_CONFIG,
+) -> dict[str, Any]:
+    """Validate raw, merge presets[preset or raw['preset']] and overrides over it, validate again.
+
+    The result keeps `presets` and names the applied preset in `preset`; resolving a resolved
+    config again gives the same dict (merging a preset twice changes nothing).
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"invalid config ({source}): expected a mapping of keys, got {type(raw).__name__}")
+    validate(raw, source=source)
+    name = preset or raw["preset"]
+    if name not in raw["presets"]:
+        known = ", ".join(sorted(raw["presets"]))
+        raise ConfigError(f"preset: '{name}' is not defined in presets ({source}); choose one of: {known}")
+    cfg = deep_merge(raw, raw["presets"][name])
+    cfg["preset"] = name
+    if overrides:
+        cfg = deep_merge(cfg, overrides)
+        cfg["preset"] = name
+    validate(cfg, source=source, stage=f"after applying preset '{name}'")
+    _check_cross_keys(cfg, source)
+    return cfg
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    preset: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Read config.yaml (default: $VPO_CONFIG, else ./config.yaml) and resolve it.
+
+    preset: None -> $VPO_PRESET, else the file's own `preset` key.
+    """
+    path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+    if not path.exists():
+        raise ConfigError(f"config file {path} not found; run from the repository root or pass --config")
+    with open(path) as fh:
+        try:
+            raw = yaml.safe_load(fh)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    return resolve_config(raw, preset or os.environ.get(ENV_PRESET) or None, overrides, source=str(path))
+
+
+def task_settings(cfg: Mapping[str, Any], task: str) -> dict[str, Any]:
+    """The resolved settings of one task (data, m, model, lengths, epochs, gpus, eval)."""
+    try:
+        return cfg["task_settings"][task]
+    except KeyError:
+        raise ConfigError(f"task_settings.{task} is missing; known: {', '.join(cfg['task_settings'])}") from None
+
+
+def method_settings(cfg: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """The resolved estimator settings of one method (alpha, sampler, n_weights, ...)."""
+    try:
+        return cfg["method_settings"][method]
+    except KeyError:
+        raise ConfigError(f"method_settings.{method} is missing; known: {', '.join(cfg['method_settings'])}") from None
+
+
+def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
+    """Everything that determines one trained cell, so a change to it (and only it) retrains it."""
+    trainer_block = "local_trainer" if cfg["backend"] == "local" else "verl"
+    return {
+        "backend": cfg["backend"],
+        "task": task_settings(cfg, task),
+        "method": method_settings(cfg, method),
+        "trainer": cfg.get(trainer_block, {}),
+    }
+
+
+def settings_digest(settings: Any) -> str:
+    """Short stable hash of a JSON-able value (key order does not matter)."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def write_config(cfg: Mapping[str, Any], path: str | os.PathLike) -> bool:
+    """Write cfg as YAML to path (temp name, then rename); skip if identical. Returns True if written."""
+    path = Path(path)
+    text = yaml.safe_dump(dict(cfg), sort_keys=False, default_flow_style=None, width=110)
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
