@@ -1,0 +1,294 @@
+"""What veRL 0.9.1 loads to train VPO and its baselines, extending veRL from outside.
+
+Importing this module (veRL does so in every process through the `verl.plugins` entry point and
+`VERL_USE_EXTERNAL_MODULES=vpo.verl_ext`) registers:
+
+- advantage estimators with veRL's `register_adv_est`, one per method whose estimator veRL lacks:
+  `vpo`, `vpo_single`, `maxrl`, `max_at_k`, `multi_rlvr`, and `gdpo_v1` (GDPO that works under the
+  v1 trainer; veRL's own `gdpo` needs reward channels the v1 trainer never hands it). Each one
+  calls `vpo.advantage.advantage_for_method`, so both trainers produce the same numbers;
+- the v1 trainer `vpo_sync` (`trainer.v1.trainer_mode=vpo_sync`): veRL's sync trainer plus one
+  step, fetching every rollout's `reward_extra_info` (the reward function's `sub_scores` JSON text
+  and channels) from TransferQueue and staging it, row-aligned, for the estimators.
+
+veRL passes an estimator only `token_level_rewards (B, T)`, `response_mask (B, T)`, `index (B,)`
+(the prompt uid) and the `algorithm` config; everything else comes through the staged rollouts.
+The reward function (`vpo.verl_ext.reward`), dataset class (`vpo.verl_ext.dataset`) and launcher
+(`vpo.verl_ext.launcher`) live next to this file and are referenced by `pkg://` paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# veRL estimator name -> vpo method whose advantage it computes. grpo, goal_cond and random_weight
+# train with veRL's own `grpo` estimator (same z-score); their differences live in the reward and
+# the prompt, not in the estimator.
+ESTIMATOR_METHODS: dict[str, str] = {
+    "vpo": "vpo",
+    "vpo_single": "vpo_single",
+    "maxrl": "maxrl",
+    "max_at_k": "max_at_k",
+    "multi_rlvr": "multi_rlvr",
+    "gdpo_v1": "gdpo",
+}
+
+# Name of the v1 trainer registered below (trainer.v1.trainer_mode).
+TRAINER_MODE = "vpo_sync"
+
+# Keys of reward_extra_info that are bookkeeping, not reward channels.
+_NON_CHANNEL_KEYS = {"score", "acc", "sub_scores"}
+
+
+def estimator_for_method(method: str) -> str:
+    """The `algorithm.adv_estimator` value that trains `method` (a key of vpo.methods.METHODS)."""
+    for estimator, name in ESTIMATOR_METHODS.items():
+        if name == method:
+            return estimator
+    from vpo.methods import get_method
+
+    return get_method(method).estimator  # grpo, goal_cond, random_weight -> veRL's "grpo"
+
+
+# ---------------------------------------------------------------------------------------------
+# Staged rollouts: what the trainer fetched for the batch whose advantages are being computed.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StagedRollouts:
+    """Per-rollout reward extras for one advantage computation, in the batch's row order."""
+
+    sub_scores: list[np.ndarray | None]  # B matrices (m_i, k_i) decoded from JSON; None if absent
+    scores: np.ndarray | None  # (B,) float64 `score` from the reward function, or None if absent
+    extras: list[dict]  # B raw reward_extra_info dicts (channels for metrics)
+    step: int = 0  # global step, seeds the weight sampler together with algorithm.vpo.seed
+    diagnostics: dict[str, float] = field(default_factory=dict)  # filled by the estimator
+
+
+_STAGED: contextvars.ContextVar[StagedRollouts | None] = contextvars.ContextVar("vpo_staged", default=None)
+
+
+def decode_sub_scores(value: Any) -> np.ndarray | None:
+    """JSON text (or nested list) of an (m, k) matrix -> float64 array (m, k); None when empty."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, str)):
+        value = json.loads(value)
+    matrix = np.asarray(value, dtype=np.float64)
+    if matrix.size == 0:
+        return None
+    return matrix.reshape(1, -1) if matrix.ndim == 1 else matrix
+
+
+def stage_from_extra_info(extra_infos: Sequence[dict | None], step: int = 0) -> StagedRollouts:
+    """Build the staged rollouts from B reward_extra_info dicts (None = no reward extras)."""
+    extras = [dict(info or {}) for info in extra_infos]
+    sub_scores = [decode_sub_scores(info.get("sub_scores")) for info in extras]
+    have_scores = all("score" in info for info in extras) and extras
+    scores = np.array([float(info["score"]) for info in extras], dtype=np.float64) if have_scores else None
+    return StagedRollouts(sub_scores=sub_scores, scores=scores, extras=extras, step=int(step))
+
+
+@contextlib.contextmanager
+def staged(rollouts: StagedRollouts) -> Iterator[StagedRollouts]:
+    """Make `rollouts` visible to the registered estimators for the duration of the block."""
+    token = _STAGED.set(rollouts)
+    try:
+        yield rollouts
+    finally:
+        _STAGED.reset(token)
+
+
+def current_staged() -> StagedRollouts | None:
+    return _STAGED.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimators
+# ---------------------------------------------------------------------------------------------
+
+
+def _config_get(config: Any, key: str, default: Any = None) -> Any:
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    return getter(key, default) if getter is not None else getattr(config, key, default)
+
+
+def method_settings_from_config(config: Any) -> tuple[dict, int]:
+    """(settings dict, seed) from the `algorithm` config node's `vpo` block."""
+    block = _config_get(config, "vpo", None)
+    settings = _config_get(block, "settings", None) or {}
+    try:  # DictConfig -> plain dict
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(settings):
+            settings = OmegaConf.to_container(settings, resolve=True)
+    except ImportError:
+        pass
+    return dict(settings), int(_config_get(block, "seed", 0) or 0)
+
+
+def advantages_for_batch(method: str, token_level_rewards, response_mask, index, config=None):
+    """Run vpo.advantage for `method` on one veRL batch; returns ((B, T), (B, T)) torch tensors.
+
+    token_level_rewards (B, T) with the score at the last response token; response_mask (B, T);
+    index (B,) prompt uids. Reward scores and sub_scores come from the staged rollouts when the
+    trainer staged them, else the scores are the row sums of token_level_rewards.
+    """
+    import torch
+
+    from vpo.advantage import advantage_for_method
+
+    batch_size = token_level_rewards.shape[0]
+    rollouts = _STAGED.get()
+    if rollouts is not None and len(rollouts.extras) != batch_size:
+        raise RuntimeError(
+            f"staged reward extras cover {len(rollouts.extras)} rollouts but the batch has {batch_size}; "
+            "the staged rows must be the batch's rows in order"
+        )
+    if rollouts is not None and rollouts.scores is not None:
+        scores = rollouts.scores
+    else:
+        scores = (token_level_rewards * response_mask).sum(dim=-1).detach().cpu().double().numpy()
+    sub_scores = rollouts.sub_scores if rollouts is not None else None
+    if sub_scores is None and method in ("vpo", "vpo_single", "gdpo"):
+        raise RuntimeError(
+            f"estimator for {method!r} needs each rollout's sub_scores, but none were staged; "
+            f"run veRL with trainer.v1.trainer_mode={TRAINER_MODE} (the vpo.verl_ext trainer)"
+        )
+    settings, seed = method_settings_from_config(config)
+    step = rollouts.step if rollouts is not None else 0
+    rng = np.random.default_rng([seed, step])
+    group_ids = [str(uid) for uid in (index if index is not None else range(batch_size))]
+    advantages, diagnostics = advantage_for_method(
+        method, scores=scores, sub_scores=sub_scores, group_ids=group_ids, settings=settings, rng=rng
+    )
+    if rollouts is not None:
+        rollouts.diagnostics.update({k: float(v) for k, v in diagnostics.items() if np.isscalar(v)})
+    per_rollout = torch.as_tensor(np.asarray(advantages), dtype=token_level_rewards.dtype)
+    per_rollout = per_rollout.to(token_level_rewards.device)
+    token_advantages = per_rollout.unsqueeze(-1) * response_mask.to(token_level_rewards.dtype)
+    return token_advantages, token_advantages
+
+
+def make_estimator(method: str):
+    """A veRL advantage-estimator function computing `method`'s advantages."""
+
+    def estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+        return advantages_for_batch(method, token_level_rewards, response_mask, index, config)
+
+    estimator.__name__ = f"{method}_advantage_for_verl"
+    estimator.__qualname__ = estimator.__name__
+    return estimator
+
+
+ESTIMATORS = {name: make_estimator(method) for name, method in ESTIMATOR_METHODS.items()}
+
+
+def register_estimators() -> None:
+    """Register every estimator of ESTIMATORS with veRL (idempotent)."""
+    from verl.trainer.ppo import core_algos
+
+    for name, fn in ESTIMATORS.items():
+        core_algos.register_adv_est(name)(fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics computed from the staged rollouts (logged by veRL's tracking, e.g. the file logger)
+# ---------------------------------------------------------------------------------------------
+
+
+def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, float]:
+    """`vpo/pool_diversity`, `vpo/reward/<channel>` means and the estimator's diagnostics."""
+    from vpo.metrics import diversity
+
+    metrics: dict[str, float] = {}
+    pools: dict[str, list[np.ndarray]] = {}
+    for uid, matrix in zip(group_ids, rollouts.sub_scores):
+        if matrix is not None:
+            pools.setdefault(str(uid), []).append(matrix)
+    per_group = []
+    for matrices in pools.values():
+        widths = {m.shape[1] for m in matrices}
+        if len(widths) == 1:
+            per_group.append(diversity(np.concatenate(matrices, axis=0)))
+    metrics["vpo/pool_diversity"] = float(np.mean(per_group)) if per_group else 0.0
+    channels: dict[str, list[float]] = {}
+    for info in rollouts.extras:
+        for key, value in info.items():
+            if key not in _NON_CHANNEL_KEYS and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+                channels.setdefault(key, []).append(float(value))
+    for key, values in channels.items():
+        metrics[f"vpo/reward/{key}"] = float(np.mean(values))
+    if rollouts.scores is not None and len(rollouts.scores):
+        metrics["vpo/score_mean"] = float(np.mean(rollouts.scores))
+    for key, value in rollouts.diagnostics.items():
+        metrics[f"vpo/adv/{key}"] = value
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# The v1 trainer
+# ---------------------------------------------------------------------------------------------
+
+
+def register_trainer() -> None:
+    """Register the `vpo_sync` v1 trainer with veRL (idempotent)."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer as verl_register_trainer
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    if TRAINER_MODE in TRAINER_REGISTRY:
+        return
+
+    class VPOTrainerSync(PPOTrainerSync):
+        """veRL's sync v1 trainer that stages each rollout's reward_extra_info for the estimators."""
+
+        def __init__(self, config):
+            # veRL branches on trainer_mode == "sync" (replay buffer, TQ checkpoints, batch sizes);
+            # the class is already chosen, so behave exactly as the sync trainer from here on.
+            from omegaconf import open_dict
+
+            with open_dict(config):
+                config.trainer.v1.trainer_mode = "sync"
+            super().__init__(config)
+
+        def _compute_advantage(self, batch, metrics: dict):
+            import transfer_queue as tq
+
+            fields = tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"]
+            )
+            extra_fields = list(fields["extra_fields"])
+            uids = [str(uid) for uid in fields["uid"]]
+            infos = [(ef or {}).get("reward_extra_info") if isinstance(ef, dict) else None for ef in extra_fields]
+            rollouts = stage_from_extra_info(infos, step=getattr(self, "global_steps", 0))
+            with staged(rollouts):
+                batch = super()._compute_advantage(batch, metrics)
+            metrics.update(rollout_metrics(rollouts, uids))
+            return batch
+
+    VPOTrainerSync.__module__ = __name__
+    verl_register_trainer(TRAINER_MODE)(VPOTrainerSync)
+    globals()["VPOTrainerSync"] = VPOTrainerSync
+
+
+def _register_all() -> None:
+    register_estimators()
+    register_trainer()
+
+
+try:  # veRL present: register on import (this is how veRL's plugin hooks load the module)
+    import verl  # noqa: F401
+except ImportError:  # the engine still imports; the launcher's preflight names the missing extra
+    pass
+else:
+    _register_all()
