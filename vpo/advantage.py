@@ -1,0 +1,453 @@
+"""Advantage estimators: VPO and every baseline, as pure numpy functions of (rewards, group ids, settings).
+
+One advantage per rollout; the trainer broadcasts it over the rollout's response tokens. A group is
+the set of rollouts that share a prompt (equal `group_ids`). All functions are vectorised over
+groups: the only per-rollout Python work is reading the ragged input list.
+
+Registry: `ESTIMATORS` maps a method-facing name to its function; `register_estimator(name)`
+refuses a second, different function under an existing name. `advantage_for_method` is the one
+call both trainers make: it picks the estimator and its input from the method table.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from vpo.methods import Method, get_method
+from vpo.weights import canonical_sampler, sample_weight_sets
+
+ESTIMATORS: dict[str, Callable[..., Any]] = {}
+
+
+def register_estimator(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: add a function to ESTIMATORS under `name` (re-registering the same function is a no-op)."""
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in ESTIMATORS and ESTIMATORS[name] is not fn:
+            raise ValueError(f"estimator {name!r} is already registered to {ESTIMATORS[name].__qualname__}")
+        ESTIMATORS[name] = fn
+        return fn
+
+    return add
+
+
+def get_estimator(name: str) -> Callable[..., Any]:
+    """The registered estimator function called `name`; unknown names raise ValueError."""
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(ESTIMATORS)}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Input handling shared by the estimators
+
+
+def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer group index per rollout, numbered by first appearance.
+
+    group_ids: (B,) hashable ids.  Returns: codes (B,) int64 in [0, G), and G.
+    """
+    if isinstance(group_ids, np.ndarray) and group_ids.ndim == 1:
+        try:
+            _, first, inverse = np.unique(group_ids, return_index=True, return_inverse=True)
+        except TypeError:  # unorderable objects: fall back to hashing
+            pass
+        else:
+            rank = np.empty(len(first), dtype=np.int64)
+            rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+            return rank[inverse.reshape(-1)], len(first)
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64)
+    return codes, len(index)
+
+
+def _scores_vector(scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any], what: str = "scores") -> np.ndarray:
+    x = np.asarray(scores, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"{what} must be one number per rollout, shape (B,); got shape {x.shape}")
+    if len(x) != len(group_ids):
+        raise ValueError(f"{what} has {len(x)} entries but group_ids has {len(group_ids)}; pass one id per rollout")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{what} contains NaN or inf at rollouts {np.flatnonzero(~np.isfinite(x))[:10].tolist()}")
+    return x
+
+
+def _group_mean_std(x: np.ndarray, codes: np.ndarray, n_groups: int, ddof: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-group count, mean and std (ddof 0: population, 1: unbiased; groups of one get std 0)."""
+    count = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    mean = np.bincount(codes, weights=x, minlength=n_groups) / np.maximum(count, 1)
+    sq = np.bincount(codes, weights=(x - mean[codes]) ** 2, minlength=n_groups)
+    std = np.sqrt(sq / np.maximum(count - ddof, 1))
+    return count, mean, std
+
+
+def _as_matrix(item: Any) -> np.ndarray:
+    """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0)."""
+    if item is None:
+        return np.zeros((0, 0))
+    if isinstance(item, (str, bytes)):
+        item = json.loads(item) if item.strip() else None
+        if item is None:
+            return np.zeros((0, 0))
+    mat = np.asarray(item, dtype=np.float64)
+    if mat.ndim == 1:
+        mat = mat.reshape(1, -1)
+    if mat.ndim != 2:
+        raise ValueError(f"a rollout's sub_scores must be an (m, k) matrix, got shape {mat.shape}")
+    return mat if mat.size else np.zeros((0, 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# VPO
+
+
+def draw_group_weights(
+    group_ks: Sequence[int] | np.ndarray,
+    n_weights: int = 100,
+    *,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+) -> list[np.ndarray | None]:
+    """The weights `vpo_advantage` draws: one (n_weights, k_g) set per group, None where k_g < 1.
+
+    Groups are visited by ascending k, then by group order, one vectorised draw per distinct k.
+    """
+    rng = np.random.default_rng(rng)
+    ks = np.asarray(group_ks, dtype=np.int64)
+    out: list[np.ndarray | None] = [None] * len(ks)
+    for k in np.unique(ks[ks > 0]):
+        sel = np.flatnonzero(ks == k)
+        sets = sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng)
+        for g, w in zip(sel, sets):
+            out[g] = w
+    return out
+
+
+@register_estimator("vpo")
+def vpo_advantage(
+    sub_scores: Sequence[Any],
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    n_weights: int = 100,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+    eps: float = 1e-6,
+    weights: Mapping[Any, np.ndarray] | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """VPO: each rollout's set is scored by its best answer under random weightings.
+
+    sub_scores: B items, each (m_i, k) (a (k,) vector is one answer; JSON text is parsed); k fixed
+                inside a group, may differ between groups; None or empty means raw score 0.
+    group_ids:  (B,) hashable ids; equal id = same prompt group.
+    weights:    optional {group id: (W, k_g)} to use instead of drawing (tests, replays).
+    raw_j = mean over the group's W weights w of max_rows(R_j w);  A_j = (raw_j - mean_g) / (std_g + eps)
+    with the population std; a group with std_g < eps gets 0 everywhere.
+    Returns: advantages float64 (B,), diagnostics dict of floats.
+    """
+    if len(sub_scores) != len(group_ids):
+        raise ValueError(f"sub_scores has {len(sub_scores)} entries but group_ids has {len(group_ids)}")
+    mats = [_as_matrix(s) for s in sub_scores]
+    rows = np.fromiter((m.shape[0] for m in mats), dtype=np.int64, count=len(mats))
+    cols = np.fromiter((m.shape[1] for m in mats), dtype=np.int64, count=len(mats))
+    codes, n_groups = group_codes(group_ids)
+    has = rows > 0
+
+    k_hi = np.full(n_groups, -1, dtype=np.int64)
+    k_lo = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.maximum.at(k_hi, codes[has], cols[has])
+    np.minimum.at(k_lo, codes[has], cols[has])
+    bad = np.flatnonzero((k_hi >= 0) & (k_hi != k_lo))
+    if len(bad):
+        g = int(bad[0])
+        raise ValueError(
+            f"group {np.asarray(group_ids, dtype=object)[codes == g][0]!r} mixes reward vectors of "
+            f"{k_lo[g]} and {k_hi[g]} dimensions; k must be the same for every rollout of a prompt"
+        )
+    if weights is None:
+        group_w = draw_group_weights(k_hi, n_weights, alpha=alpha, sampler=sampler, rng=rng)
+    else:
+        first = np.unique(codes, return_index=True)[1]
+        ids = [group_ids[i] for i in first]
+        group_w = [None if k_hi[g] < 1 else np.asarray(weights[ids[g]], dtype=np.float64) for g in range(n_groups)]
+        for g, w in enumerate(group_w):
+            if w is not None and (w.ndim != 2 or w.shape[1] != k_hi[g]):
+                raise ValueError(f"weights for group {ids[g]!r} must be (W, {k_hi[g]}), got {w.shape}")
+
+    raw = np.zeros(len(mats))
+    pool_best = np.zeros(n_groups)
+    for k in np.unique(k_hi[k_hi > 0]):
+        gsel = np.flatnonzero(k_hi == k)
+        local = np.full(n_groups, -1, dtype=np.int64)
+        local[gsel] = np.arange(len(gsel))
+        rsel = np.flatnonzero(local[codes] >= 0)  # rollouts of these groups, in batch order
+        lg = local[codes[rsel]]
+        count = np.bincount(lg, minlength=len(gsel))
+        order = np.argsort(lg, kind="stable")
+        slot = np.empty(len(rsel), dtype=np.int64)
+        slot[order] = np.arange(len(rsel)) - (np.cumsum(count) - count)[lg[order]]
+        m_r = rows[rsel]
+        stacked = np.concatenate([mats[i] for i in rsel[m_r > 0]])
+        if not np.all(np.isfinite(stacked)):
+            raise ValueError("sub_scores contain NaN or inf; the reward function must return finite scores")
+        owner = np.repeat(np.arange(len(rsel)), m_r)
+        row_in = np.arange(len(owner)) - np.repeat(np.cumsum(m_r) - m_r, m_r)
+        n_max, m_max = int(count.max()), int(m_r.max())
+        padded = np.zeros((len(gsel), n_max, m_max, int(k)))
+        present = np.zeros((len(gsel), n_max, m_max), dtype=bool)
+        padded[lg[owner], slot[owner], row_in] = stacked
+        present[lg[owner], slot[owner], row_in] = True
+        w_stack = np.stack([group_w[g] for g in gsel])  # (G_k, W, k)
+        scored = np.matmul(padded.reshape(len(gsel), n_max * m_max, int(k)), w_stack.transpose(0, 2, 1))
+        scored = np.where(present.reshape(len(gsel), -1, 1), scored, -np.inf).reshape(len(gsel), n_max, m_max, -1)
+        own = scored.max(axis=2)  # (G_k, n_max, W): best answer of each rollout under each weight
+        own_mean = np.where(present.any(axis=2), np.where(np.isfinite(own), own, 0.0).mean(axis=-1), 0.0)
+        raw[rsel] = own_mean[lg, slot]
+        pool_best[gsel] = own.max(axis=1).mean(axis=-1)
+
+    _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)
+    flat = std < eps
+    adv = np.where(flat[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps))
+    diagnostics = {
+        "vpo/pool_size_mean": float(rows.mean()) if len(rows) else 0.0,
+        "vpo/group_std_mean": float(std.mean()) if n_groups else 0.0,
+        "vpo/own_pool_expected_max_mean": float(raw.mean()) if len(raw) else 0.0,
+        "vpo/pool_expected_best_mean": float(pool_best.mean()) if n_groups else 0.0,
+        "vpo/zero_std_group_frac": float(flat.mean()) if n_groups else 0.0,
+        "vpo/sampler_code": 0.0 if canonical_sampler(sampler) == "naive" else 1.0,
+    }
+    return adv, diagnostics
+
+
+@register_estimator("vpo_single")
+def vpo_single_advantage(
+    sub_scores: Sequence[Any], group_ids: Sequence[Any] | np.ndarray, **settings: Any
+) -> tuple[np.ndarray, dict[str, float]]:
+    """VPO on one answer per rollout: each item is a (k,) vector or a (1, k) matrix.
+
+    Same settings and returns as `vpo_advantage`; a matrix with more than one row raises ValueError.
+    """
+    mats = [_as_matrix(s) for s in sub_scores]
+    multi = [i for i, m in enumerate(mats) if m.shape[0] > 1]
+    if multi:
+        raise ValueError(
+            f"vpo_single expects one answer per rollout, but rollout {multi[0]} has {mats[multi[0]].shape[0]} rows; "
+            "use the vpo estimator for multi-answer rollouts"
+        )
+    return vpo_advantage(mats, group_ids, **settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar baselines
+
+
+@register_estimator("grpo")
+def grpo_advantage(
+    scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, norm_by_std: bool = True, eps: float = 1e-6
+) -> np.ndarray:
+    """GRPO: (r - group mean) / (unbiased group std + eps), or r - mean without `norm_by_std`.
+
+    scores: (B,) float;  group_ids: (B,).  A group of one uses mean 0 and std 1 (veRL's convention).
+    Returns: advantages float64 (B,).
+    """
+    x = _scores_vector(scores, group_ids)
+    codes, n_groups = group_codes(group_ids)
+    count, mean, std = _group_mean_std(x, codes, n_groups, ddof=1)
+    single = count == 1
+    mean = np.where(single, 0.0, mean)
+    std = np.where(single, 1.0, std)
+    centred = x - mean[codes]
+    return centred / (std[codes] + eps) if norm_by_std else centred
+
+
+@register_estimator("maxrl")
+def maxrl_advantage(scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, eps: float = 1e-6) -> np.ndarray:
+    """MaxRL: (r - group mean) / (group mean + eps); 0 for a group whose mean is 0.
+
+    scores: (B,) float, non-negative (success rates);  group_ids: (B,).  Returns: float64 (B,).
+    """
+    x = _scores_vector(scores, group_ids)
+    codes, n_groups = group_codes(group_ids)
+    _, mean, _ = _group_mean_std(x, codes, n_groups, ddof=0)
+    m = mean[codes]
+    return np.where(m == 0.0, 0.0, (x - m) / (m + eps))
+
+
+@register_estimator("gdpo")
+def gdpo_advantage(
+    channels: Sequence[Sequence[float]] | np.ndarray,
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    weights: Sequence[float] | None = None,
+    eps: float = 1e-6,
+) -> np.ndarray:
+    """GDPO: a GRPO z-score per reward channel, weighted sum over channels, then batch whitening.
+
+    channels: (B, k) float;  group_ids: (B,);  weights: (k,) channel weights, default all 1.
+    Whitening: (A - batch mean) / sqrt(unbiased batch variance + 1e-8), as veRL's masked_whiten
+    with equal-length responses; a batch of one is only centred.  Returns: float64 (B,).
+    """
+    x = np.asarray(channels, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"gdpo needs one reward vector per rollout, shape (B, k); got shape {x.shape}")
+    w = np.ones(x.shape[1]) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (x.shape[1],):
+        raise ValueError(f"gdpo channel weights have shape {w.shape}, expected ({x.shape[1]},)")
+    total = np.zeros(len(x))
+    for j in range(x.shape[1]):  # loop over channels (k <= 16), vectorised over rollouts
+        total += w[j] * grpo_advantage(x[:, j], group_ids, eps=eps)
+    centred = total - total.mean() if len(total) else total
+    if len(total) < 2:
+        return centred
+    return centred / np.sqrt(centred.var(ddof=1) + 1e-8)
+
+
+@lru_cache(maxsize=256)
+def _max_at_k_coefficients(n: int, k: int) -> np.ndarray:
+    """(n, n) matrix C with A_sorted = C @ r_sorted for ascending r (ranks 1..n)."""
+    total = math.comb(n, k)
+    coef = np.zeros((n, n))
+    for i in range(1, n + 1):
+        coef[i - 1, i - 1] = math.comb(i - 1, k - 1) / total
+        if k >= 2:
+            for j in range(i + 1, n + 1):
+                coef[i - 1, j - 1] = math.comb(j - 2, k - 2) / total
+    return coef
+
+
+@register_estimator("max_at_k")
+def max_at_k_advantage(
+    scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, k: int | None = None, eps: float = 1e-6
+) -> np.ndarray:
+    """Max@k: unbiased per-rollout weight of E[max reward of a size-k subset], then GRPO normalisation.
+
+    With a group's rewards sorted ascending, rank i gets
+    A_i = [C(i-1, k-1) r_i + sum_{j>i} C(j-2, k-2) r_j] / C(n, k); then (A - mean) / (unbiased std + eps).
+    scores: (B,);  group_ids: (B,);  k: subset size, default max(2, n // 2) per group, 1 <= k <= n - 1.
+    Returns: float64 (B,).
+    """
+    x = _scores_vector(scores, group_ids)
+    codes, n_groups = group_codes(group_ids)
+    count = np.bincount(codes, minlength=n_groups)
+    order = np.argsort(codes, kind="stable")
+    starts = np.cumsum(count) - count
+    slot = np.empty(len(x), dtype=np.int64)
+    slot[order] = np.arange(len(x)) - starts[codes[order]]
+    raw = np.zeros(len(x))
+    for n in np.unique(count):
+        n = int(n)
+        k_n = max(2, n // 2) if k is None else int(k)
+        if not 1 <= k_n <= n - 1:
+            raise ValueError(f"max_at_k needs 1 <= k <= n - 1, got k={k_n} for a group of n={n} rollouts; set k or the group size")
+        gsel = np.flatnonzero(count == n)
+        local = np.full(n_groups, -1, dtype=np.int64)
+        local[gsel] = np.arange(len(gsel))
+        rsel = np.flatnonzero(local[codes] >= 0)
+        grid = np.zeros((len(gsel), n))
+        grid[local[codes[rsel]], slot[rsel]] = x[rsel]
+        rank = np.argsort(grid, axis=1, kind="stable")
+        ordered = np.take_along_axis(grid, rank, axis=1)
+        values = np.empty_like(grid)
+        np.put_along_axis(values, rank, ordered @ _max_at_k_coefficients(n, k_n).T, axis=1)
+        raw[rsel] = values[local[codes[rsel]], slot[rsel]]
+    _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=1)
+    return (raw - mean[codes]) / (std[codes] + eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalarisations computed by the reward function (multi_rlvr, goal_cond, random_weight)
+
+
+def multi_rlvr_scalar(sub_scores: Any, scalar_weights: Sequence[float] | np.ndarray) -> float:
+    """Multi-RLVR reward: the task scalar (scalar_weights . r) summed over the rollout's answers.
+
+    sub_scores: (m, k) (JSON text accepted; empty = 0);  scalar_weights: (k,) the task's scalar weights.
+    """
+    mat = _as_matrix(sub_scores)
+    if mat.size == 0:
+        return 0.0
+    return float((mat @ np.asarray(scalar_weights, dtype=np.float64)).sum())
+
+
+def weighted_scalar(channels: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray) -> float:
+    """goal_cond / random_weight reward: w . channels.  channels (k,), weights (k,)."""
+    c, w = np.asarray(channels, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    if c.shape != w.shape:
+        raise ValueError(f"channels {c.shape} and weights {w.shape} must have the same length")
+    return float(c @ w)
+
+
+# ---------------------------------------------------------------------------------------------
+# The one call both trainers make
+
+
+def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
+    """(B, k_max) single-answer channels from sub_scores; shorter vectors and empty rows pad with 0."""
+    mats = [_as_matrix(s) for s in sub_scores]
+    multi = [i for i, m in enumerate(mats) if m.shape[0] > 1]
+    if multi:
+        raise ValueError(f"gdpo expects one answer per rollout, rollout {multi[0]} has {mats[multi[0]].shape[0]}")
+    width = max((m.shape[1] for m in mats), default=0)
+    out = np.zeros((len(mats), width))
+    for i, m in enumerate(mats):
+        out[i, : m.shape[1]] = m.reshape(-1)
+    return out
+
+
+def advantage_for_method(
+    method: str | Method,
+    *,
+    scores: Sequence[float] | np.ndarray | None,
+    sub_scores: Sequence[Any] | None,
+    group_ids: Sequence[Any] | np.ndarray,
+    settings: Mapping[str, Any] | None = None,
+    rng: np.random.Generator | int | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Advantages of one batch for a method of the method table.
+
+    scores: (B,) the method's scalar (task scalar, multi_rlvr sum, or w . channels);
+    sub_scores: B items, each (m_i, k) (vpo, vpo_single, gdpo read these);
+    settings: the method's config settings; keys the estimator does not take (e.g. m) are ignored.
+    Returns: advantages float64 (B,), diagnostics dict of floats.
+    """
+    meth = get_method(method)
+    name = meth.estimator
+    if name == "vpo" and not meth.multi_answer:
+        name = "vpo_single"
+    fn = get_estimator(name)
+    params = inspect.signature(vpo_advantage if name == "vpo_single" else fn).parameters
+    internal = {"rng", "weights"} if name.startswith("vpo") else {"rng"}  # vpo's weights are drawn, not configured
+    kwargs = {key: value for key, value in dict(settings or {}).items() if key in params and key not in internal}
+    diagnostics: dict[str, float] = {}
+    if name in ("vpo", "vpo_single"):
+        if sub_scores is None:
+            raise ValueError(f"method {meth.name!r} needs sub_scores (the (m, k) reward matrices)")
+        adv, diagnostics = fn(sub_scores, group_ids, rng=rng, **kwargs)
+    elif name == "gdpo":
+        if sub_scores is None:
+            raise ValueError("method 'gdpo' needs sub_scores (the k reward channels of each answer)")
+        adv = fn(_channels(sub_scores), group_ids, **kwargs)
+    else:
+        if scores is None:
+            raise ValueError(f"method {meth.name!r} needs scores (one scalar per rollout)")
+        adv = fn(scores, group_ids, **kwargs)
+    adv = np.asarray(adv, dtype=np.float64)
+    codes, n_groups = group_codes(group_ids)
+    moving = np.bincount(codes, weights=(np.abs(adv) > 1e-12).astype(float), minlength=n_groups)
+    diagnostics.update(
+        {
+            "advantage/mean": float(adv.mean()) if len(adv) else 0.0,
+            "advantage/std": float(adv.std()) if len(adv) else 0.0,
+            "advantage/abs_max": float(np.abs(adv).max()) if len(adv) else 0.0,
+            "advantage/zero_group_frac": float((moving == 0).mean()) if n_groups else 0.0,
+        }
+    )
+    return adv, diagnostics

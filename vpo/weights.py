@@ -1,0 +1,138 @@
+"""Dirichlet weight samplers on the (k-1)-simplex: naive (i.i.d.) and Sobol (randomised quasi-Monte Carlo).
+
+VPO scores a set of answers by its best member under many random weightings w ~ Dir(alpha * 1_k).
+The weights are drawn once per prompt group; `sample_weight_sets` draws the weights of many
+groups that share k in one vectorised call, `sample_weights` is the single-set convenience.
+
+Samplers:
+- "naive": i.i.d. Dirichlet draws (independent Gamma(alpha) coordinates, normalised).
+- "sobol" (aliases "sobol_qmc", "qmc"): a scrambled Sobol point set. Every group gets its own
+  uniformly random digital shift (XOR of the point bits with random bits, plus a uniform jitter
+  inside the finest dyadic cell), so each group's points are exactly uniform marginally (unbiased
+  estimates) while keeping the net's low discrepancy inside the group. One scrambled Sobol engine
+  is built per call and shared by the groups of that call: building an engine per group costs
+  ~1 ms each, which would dominate a batch of 128 groups.
+  - alpha = 1: a (k-1)-dimensional point, sorted, padded with 0 and 1, successive differences:
+    exactly uniform on the simplex.
+  - alpha != 1: a k-dimensional point, clipped to [1e-12, 1 - 1e-12], Gamma(alpha) inverse CDF per
+    coordinate, normalised.
+- k = 1 always gives the weight 1.
+
+Reproducibility: everything is drawn from the explicit `numpy.random.Generator` passed as `rng`
+(an int seed or None are accepted too), so the same generator state gives the same weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SAMPLERS: dict[str, str] = {"naive": "naive", "sobol": "sobol", "sobol_qmc": "sobol", "qmc": "sobol"}
+
+# Sobol points are integers scaled by 2**-_SOBOL_BITS (scipy's default resolution).
+_SOBOL_BITS = 30
+# Below this concentration, normalised Gamma draws underflow to all-zero rows; numpy's
+# dirichlet switches to a stick-breaking method there, so we defer to it.
+_SMALL_ALPHA = 0.1
+
+
+def canonical_sampler(sampler: str) -> str:
+    """Map a sampler name or alias to "naive" or "sobol"; unknown names raise ValueError."""
+    try:
+        return SAMPLERS[str(sampler).lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown weight sampler {sampler!r}; use one of {sorted(SAMPLERS)}"
+        ) from None
+
+
+def _check(k: int, n_sets: int, n: int, alpha: float) -> None:
+    if int(k) != k or k < 1:
+        raise ValueError(f"k (number of reward dimensions) must be a positive integer, got {k!r}")
+    if int(n) != n or n < 1:
+        raise ValueError(f"number of weights must be a positive integer, got {n!r}")
+    if int(n_sets) != n_sets or n_sets < 0:
+        raise ValueError(f"number of weight sets must be a non-negative integer, got {n_sets!r}")
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"Dirichlet concentration alpha must be a positive finite number, got {alpha!r}")
+
+
+def _naive(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    if alpha < _SMALL_ALPHA:
+        return rng.dirichlet(np.full(k, alpha), size=(n_sets, n))
+    gam = rng.standard_exponential((n_sets, n, k)) if alpha == 1.0 else rng.standard_gamma(alpha, (n_sets, n, k))
+    return gam / gam.sum(axis=-1, keepdims=True)
+
+
+def _sobol_uniforms(dim: int, n_sets: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_sets, n, dim) uniforms: one scrambled Sobol net, an independent random digital shift per set."""
+    from scipy.stats import qmc
+
+    seed = int(rng.integers(2**63))
+    try:
+        engine = qmc.Sobol(dim, scramble=True, rng=seed)
+    except TypeError:  # scipy < 1.15 spells the seed argument `seed`
+        engine = qmc.Sobol(dim, scramble=True, seed=seed)
+    # Draw a power-of-two prefix (scipy's balance requirement) and keep the first n points.
+    points = engine.random_base2(max(0, math.ceil(math.log2(n))))[:n]
+    scale = float(2**_SOBOL_BITS)
+    ints = np.rint(points * scale).astype(np.int64)  # exact: Sobol points are multiples of 2**-30
+    shifts = rng.integers(0, 2**_SOBOL_BITS, size=(n_sets, 1, dim), dtype=np.int64)
+    jitter = rng.random((n_sets, n, dim))
+    return ((ints[None] ^ shifts) + jitter) / scale
+
+
+def _sobol(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    if alpha == 1.0:
+        u = np.sort(_sobol_uniforms(k - 1, n_sets, n, rng), axis=-1)
+        edges = np.concatenate([np.zeros((n_sets, n, 1)), u, np.ones((n_sets, n, 1))], axis=-1)
+        return np.diff(edges, axis=-1)
+    from scipy.special import gammaincinv
+
+    u = np.clip(_sobol_uniforms(k, n_sets, n, rng), 1e-12, 1.0 - 1e-12)
+    gam = gammaincinv(alpha, u)
+    total = gam.sum(axis=-1, keepdims=True)
+    # For tiny alpha every coordinate can round to 0; fall back to the corner of the largest u.
+    corner = (u == u.max(axis=-1, keepdims=True)).astype(float)
+    return np.where(total > 0, gam / np.where(total > 0, total, 1.0), corner)
+
+
+def sample_weight_sets(
+    k: int,
+    n_sets: int,
+    n: int,
+    *,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+) -> np.ndarray:
+    """Draw `n_sets` independent sets of `n` Dirichlet(alpha * 1_k) weights.
+
+    Returns: float64 array (n_sets, n, k); every row is non-negative and sums to 1.
+    """
+    _check(k, n_sets, n, alpha)
+    kind = canonical_sampler(sampler)
+    rng = np.random.default_rng(rng)
+    if n_sets == 0:
+        return np.zeros((0, n, k))
+    if k == 1:
+        return np.ones((n_sets, n, 1))
+    if kind == "naive":
+        return _naive(k, n_sets, n, float(alpha), rng)
+    return _sobol(k, n_sets, n, float(alpha), rng)
+
+
+def sample_weights(
+    k: int,
+    n: int,
+    *,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+) -> np.ndarray:
+    """Draw `n` Dirichlet(alpha * 1_k) weight vectors.
+
+    Returns: float64 array (n, k); every row is non-negative and sums to 1.
+    """
+    return sample_weight_sets(k, 1, n, alpha=alpha, sampler=sampler, rng=rng)[0]
