@@ -1,0 +1,199 @@
+"""maze: fixture routes (tasks.md 1.6), parsing, the simulator's edge rules, generator invariants
+(tasks.md 1.2 / 1.6) over 300+ mazes, determinism, and the warm-start demonstrations."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vpo.reward import compute_score
+from vpo_tasks.maze import MAZE, generate_maze, generate_mazes
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "maze_5x5.json").read_text())
+ROUTES = {r["name"]: r for r in FIXTURE["routes"]}
+MODES = ("linear", "convex_bonus")
+
+
+def gt(mode: str, **changes) -> dict:
+    return {**FIXTURE["ground_truth"], "score_mode": mode, **changes}
+
+
+def vectors(result: dict) -> list[list[float]]:
+    return json.loads(result["sub_scores"])
+
+
+# ---- fixture routes through compute_score ---------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_fixture_route_vectors(mode, name):
+    route = ROUTES[name]
+    truth = gt(mode, **({"max_steps": route["max_steps"]} if "max_steps" in route else {}))
+    result = compute_score("maze", f"<answer>{route['moves']}</answer>", truth, {})
+    assert vectors(result) == [pytest.approx(route[mode])]
+    assert [result[k] for k in ("completion", "gold", "diamond", "avoid_lava")] == pytest.approx(route[mode])
+    assert result["score"] == pytest.approx(sum(route[mode]) / 4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fixture_multi_route_duplicate_is_dropped(mode):
+    a, b = ROUTES["A"]["moves"], ROUTES["B"]["moves"]
+    text = f"<route_1>{a}</route_1>\n<route_2>{a}</route_2>\n<route_3>{b}</route_3>"
+    result = compute_score("maze", text, gt(mode), {"num_solutions": 3})
+    expected = [ROUTES["A"][mode], ROUTES["B"][mode], [0, 0, 0, 0]]
+    assert vectors(result) == [pytest.approx(row) for row in expected]
+    assert result["score"] == pytest.approx(sum(map(sum, expected)) / 4)  # Multi-RLVR: sum of row means
+    assert result["num_answers"] == 2
+
+
+# ---- parsing -------------------------------------------------------------------------------
+A = ROUTES["A"]["moves"]
+A_LINEAR = ROUTES["A"]["linear"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    (f"<ANSWER>{A.lower()}</Answer>", A_LINEAR),                      # tags and moves in any case
+    (f"I think {A} works", A_LINEAR),                                # no tag: the whole text
+    (f"<answer>{A}</answer> then <answer>DOWN</answer>", A_LINEAR),  # first block only
+    (f"<answer>RIGHT</answer> {A}", [0, 0, 0, 0]),                   # first block, not the rest
+    (A.replace(" ", ","), A_LINEAR),                                  # punctuation separates words
+    ("UPRIGHT DOWNRIGHT", [0, 0, 0, 0]),                              # not whole words
+    ("<answer></answer>", [0, 0, 0, 0]),
+    ("", [0, 0, 0, 0]),
+])
+def test_single_answer_parsing(text, expected):
+    assert vectors(compute_score("maze", text, gt("linear"), {})) == [pytest.approx(expected)]
+
+
+def test_multi_answer_fallbacks_and_padding():
+    b = ROUTES["B"]["moves"]
+    lin = {k: r["linear"] for k, r in ROUTES.items()}
+    zero = [0, 0, 0, 0]
+    cases = [
+        (f"{A}\n---\n{b}", [lin["A"], lin["B"], zero]),                              # --- split
+        (f"<answer>{A}</answer> or <answer>{b}</answer>", [lin["A"], lin["B"], zero]),  # several <answer>
+        (f"just {b}", [lin["B"], zero, zero]),                                         # whole text is route 1
+        (f"<route_1></route_1><route_2>{b}</route_2>", [lin["B"], zero, zero]),        # empty route dropped
+        (f"<ROUTE_1>{A}</ROUTE_1><route_2>{A.lower()}</route_2>", [lin["A"], zero, zero]),  # case-blind dup
+        ("".join(f"<route_{i}>{r}</route_{i}>" for i, r in enumerate(
+            [ROUTES[n]["moves"] for n in "ABCE"], 1)), [lin["A"], lin["B"], lin["C"]]),  # 4 routes, m = 3
+        ("no moves at all --- none here", [zero, zero, zero]),
+    ]
+    for text, expected in cases:
+        got = vectors(compute_score("maze", text, gt("linear"), {"num_solutions": 3}))
+        assert got == [pytest.approx(row) for row in expected], text
+
+
+# ---- simulator rules ----------------------------------------------------------------------
+def test_items_after_exit_do_not_count_and_budget_counts_bumps():
+    # reach E at step 8 (route A), then wander over lava: nothing after E counts
+    after = A + " LEFT LEFT UP UP"
+    assert vectors(compute_score("maze", after, gt("linear"), {})) == [pytest.approx(A_LINEAR)]
+    # 12 bumps into the top border use the whole budget: E is never reached
+    assert vectors(compute_score("maze", "UP " * 12 + ROUTES["C"]["moves"], gt("linear"), {}))[0] == [0, 0, 0, 0]
+    # 4 bumps leave exactly 8 steps for route C (budget 12)
+    assert vectors(compute_score("maze", "UP " * 4 + ROUTES["C"]["moves"], gt("linear"), {}))[0] == [1, 0, 0, 1]
+
+
+def test_convex_bonus_multiplier_and_no_lava_maze():
+    # route E visits B and one of two golds: linear 0.5, convex 1.5 * 0.25
+    assert MAZE.score_answer(ROUTES["E"]["moves"], gt("convex_bonus"))[1] == pytest.approx(0.375)
+    # without any lava in the maze avoid_lava is 1
+    no_lava = gt("linear", grid_text=FIXTURE["ground_truth"]["grid_text"].replace("L", "."), num_lava=0)
+    assert MAZE.score_answer(ROUTES["B"]["moves"], no_lava) == [1, 0, 1, 1]
+
+
+def test_unknown_score_mode_is_a_data_error():
+    with pytest.raises(ValueError, match="score_mode"):
+        compute_score("maze", A, gt("quadratic"), {})
+
+
+# ---- generator invariants (independent BFS) ------------------------------------------------
+def bfs(grid, a, blocked):
+    dist, queue = {a: 0}, deque([a])
+    while queue:
+        r, c = queue.popleft()
+        for nr, nc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)):
+            if 0 <= nr < 9 and 0 <= nc < 9 and (nr, nc) not in dist and grid[nr][nc] not in blocked:
+                dist[(nr, nc)] = dist[(r, c)] + 1
+                queue.append((nr, nc))
+    return dist
+
+
+@pytest.fixture(scope="module")
+def mazes():
+    return generate_mazes(300, 42) + generate_mazes(20, 4242)
+
+
+def test_generator_invariants(mazes):
+    corners = {(0, 0), (0, 8), (8, 0), (8, 8)}
+    for maze in mazes:
+        grid = [line.split(" ") for line in maze["grid_text"].split("\n")]
+        assert len(grid) == 9 and all(len(row) == 9 for row in grid)
+        assert {t for row in grid for t in row} <= set(".#SEGDLB")
+        start, end = tuple(maze["start"]), tuple(maze["end"])
+        gold_c, diam_c = tuple(maze["gold_corner"]), tuple(maze["diam_corner"])
+        assert grid[start[0]][start[1]] == "S" and grid[end[0]][end[1]] == "E"
+        assert start in corners and end == (8 - start[0], 8 - start[1])
+        assert {start, end, gold_c, diam_c} == corners
+        assert grid[4][4] == "B" and maze["bonus_cell"] == [4, 4]
+        assert sum(row.count("S") + row.count("E") + row.count("B") for row in grid) == 3
+        cells = {t: [(r, c) for r in range(9) for c in range(9) if grid[r][c] == t] for t in "GDL"}
+        assert (len(cells["G"]), len(cells["D"]), len(cells["L"])) == (maze["num_gold"], maze["num_diamond"], maze["num_lava"])
+        assert all(3 <= len(cells[t]) <= 5 for t in "GDL"), maze["seed"]
+        assert all(abs(r - gold_c[0]) + abs(c - gold_c[1]) <= 2 for r, c in cells["G"])
+        assert all(abs(r - diam_c[0]) + abs(c - diam_c[1]) <= 2 for r, c in cells["D"])
+        assert all(2 <= r <= 6 and 2 <= c <= 6 for r, c in cells["L"])
+
+        walls = {p: bfs(grid, p, "#") for p in (start, gold_c, diam_c, (4, 4))}
+        via_gold = walls[start][gold_c] + walls[gold_c][end]
+        via_diam = walls[start][diam_c] + walls[diam_c][end]
+        both = walls[start][gold_c] + walls[gold_c][diam_c] + walls[diam_c][end]
+        assert (maze["via_gold"], maze["via_diam"], maze["both_corners_detour"]) == (via_gold, via_diam, both)
+        assert maze["via_center"] == walls[start][(4, 4)] + walls[(4, 4)][end]
+        assert maze["max_steps"] == max(via_gold, via_diam) + 7
+        assert both > maze["max_steps"]
+        d_safe = bfs(grid, start, "#L")[end]
+        assert maze["d_safe"] == d_safe <= maze["max_steps"]
+
+
+def test_generation_is_deterministic_and_seeds_are_consecutive(mazes):
+    again = generate_mazes(300, 42)
+    assert again == mazes[:300]
+    seeds = [m["seed"] for m in mazes[:300]]
+    assert seeds[0] >= 42 and seeds == sorted(set(seeds))
+    # every skipped seed is a rejected one
+    skipped = set(range(42, seeds[-1] + 1)) - set(seeds)
+    assert all(generate_maze(s) is None for s in skipped)
+    assert generate_maze(seeds[5]) == mazes[5]
+    assert len({m["grid_text"] for m in mazes}) == len(mazes)  # no two seeds give the same maze
+
+
+def test_generator_gives_up_with_a_clear_error():
+    with pytest.raises(RuntimeError, match="mazes accepted"):
+        generate_mazes(5, 42, attempts_per_maze=0)
+
+
+# ---- warm-start demonstrations -------------------------------------------------------------
+def test_demonstrations_are_well_formed_and_of_mixed_quality(mazes):
+    rows = MAZE.rows("train", mazes[:20], "convex_bonus")
+    rng = random.Random(0)
+    singles = [(row, MAZE.demonstration(row, rng, 1)) for row in rows for _ in range(10)]
+    for _, text in singles:
+        assert re.fullmatch(r"<answer>(UP|DOWN|LEFT|RIGHT)( (UP|DOWN|LEFT|RIGHT))*</answer>", text), text
+    scores = [compute_score("maze", t, r["reward_model"]["ground_truth"], {}) for r, t in singles]
+    reached = np.mean([s["completion"] for s in scores])
+    assert 0.3 < reached < 0.98  # successes and failures both present
+    assert len({s["sub_scores"] for s in scores}) > 10  # many different outcome vectors
+    assert any(s["gold"] > 0 for s in scores) and any(s["diamond"] > 0 for s in scores)
+
+    multi = MAZE.demonstration(rows[0], np.random.default_rng(3), 3)
+    assert re.fullmatch(r"(<route_(\d)>[A-Z ]+</route_\2>\n?){3}", multi), multi
+    assert [int(i) for i in re.findall(r"<route_(\d)>", multi)] == [1, 2, 3]
+    same = MAZE.demonstration(rows[0], np.random.default_rng(3), 3)
+    assert same == multi  # a seeded rng gives the same demonstration
