@@ -1,0 +1,131 @@
+# Config, grid, paths and targets shared by every rule file. Logic lives in vpo/; this stays thin.
+import os
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+from vpo.config import ConfigError, cell_settings, resolve_config, settings_digest, task_settings
+from vpo.config import write_config
+
+
+# ---- the experiment: validated, with the active preset applied -------------------------------
+try:
+    CFG = resolve_config(config, source="config (config.yaml + --configfile/--config)")
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
+
+PRESET = CFG["preset"]
+BACKEND = CFG["backend"]
+METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
+
+# Every `vpo` command reads this snapshot of the resolved config (written only when it changes),
+# so --configfile/--config overrides reach the commands exactly as the workflow sees them.
+CONFIG_SNAPSHOT = "results/config.yaml"
+write_config(CFG, CONFIG_SNAPSHOT)
+# Every job's shell: the snapshot and preset for `vpo` commands that take no --config/--preset,
+# and (unless conda provides the software) the Python that runs Snakemake, so a venv need not
+# be activated.
+_python_dir = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
+    f"export PATH={Path(sys.executable).parent}:$PATH; "
+)
+shell.prefix(f"set -euo pipefail; {_python_dir}export VPO_CONFIG={CONFIG_SNAPSHOT} VPO_PRESET={PRESET}; ")
+
+
+wildcard_constraints:
+    task="|".join(TASKS),
+    method="|".join(METHODS),
+    seed=r"\d+",
+    evalseed=r"\d+",
+
+
+# ---- paths (DESIGN.md section 4) --------------------------------------------------------------
+DATA = "results/data/{task}"
+BASE = "results/base/{task}"
+CELL = "results/runs/{task}/{method}/seed{seed}"
+
+
+def eval_seeds(task):
+    return task_settings(CFG, task)["eval"]["seeds"]
+
+
+def eval_jsons(tasks=None, methods=None):
+    """Every eval-seed result of the grid (restricted to tasks/methods when given)."""
+    return [
+        f"{CELL}/eval/evalseed{e}.json".format(task=t, method=m, seed=s)
+        for t in (tasks or TASKS)
+        for m in (methods or METHODS)
+        for s in SEEDS
+        for e in eval_seeds(t)
+    ]
+
+
+def train_markers(tasks=None, methods=None):
+    return [
+        f"{CELL}/train.json".format(task=t, method=m, seed=s)
+        for t in (tasks or TASKS)
+        for m in (methods or METHODS)
+        for s in SEEDS
+    ]
+
+
+def diversity_methods():
+    """The methods of figures/diversity_over_training.pdf that are in the grid."""
+    return [m for m in CFG["report"]["diversity_methods"] if m in METHODS]
+
+
+# ---- scheduler resources ---------------------------------------------------------------------
+def res(rule_family, key):
+    return CFG["resources"][rule_family][key]
+
+
+def train_gpus(wildcards):
+    return task_settings(CFG, wildcards.task)["gpus"] if BACKEND == "verl" else 0
+
+
+def eval_gpus(wildcards):
+    return task_settings(CFG, wildcards.task)["eval"]["gpus"] if BACKEND == "verl" else 0
+
+
+def train_inputs(wildcards):
+    inputs = {"data": f"{DATA}/train.parquet".format(task=wildcards.task)}
+    if BACKEND == "local":
+        inputs["base"] = f"{BASE}/base.json".format(task=wildcards.task)
+    return inputs
+
+
+def parent_dir(wildcards, output):
+    """The directory holding a rule's first output (what the vpo command is told to write)."""
+    return os.path.dirname(output[0])
+
+
+def cell_dir_of(wildcards, input):
+    """The cell directory results/runs/T/M/seedS from its train.json marker."""
+    return os.path.dirname(input[0])
+
+
+def cell_digest(wildcards):
+    """Changes when a setting that shapes this cell changes, so only that cell retrains."""
+    return settings_digest(cell_settings(CFG, wildcards.task, wildcards.method))
+
+
+# ---- what `snakemake` builds by default --------------------------------------------------------
+def table_outputs():
+    main = expand("results/tables/main_table.{ext}", ext=["csv", "md", "tex"])
+    per_task = expand(
+        "results/tables/{metric}_{task}.{ext}", metric=["best_at_k", "pass_at_k"], task=TASKS, ext=["csv", "md", "tex"]
+    )
+    return main + per_task
+
+
+def figure_outputs():
+    figures = ["figures/pass_at_k.pdf", "figures/best_at_k.pdf"]
+    if diversity_methods():
+        figures.append("figures/diversity_over_training.pdf")
+    return figures
+
+
+def final_outputs():
+    # The LiveCodeBench case study and the evolutionary-search figures join here once their
+    # rules exist (rules/evolve.smk).
+    return figure_outputs() + table_outputs()

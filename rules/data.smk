@@ -1,0 +1,44 @@
+# Per task: the train/test parquet in veRL's row schema, and (local backend) the tiny base model.
+
+
+rule preprocess:
+    output:
+        train=f"{DATA}/train.parquet",
+        test=f"{DATA}/test.parquet",
+    params:
+        out=parent_dir,
+        # rerun when the task's data options change
+        data_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["data"]),
+    log:
+        "logs/preprocess/{task}.log",
+    threads: res("preprocess", "threads")
+    resources:
+        mem_mb=res("preprocess", "mem_mb"),
+        runtime=res("preprocess", "runtime"),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out} > {log} 2>&1"
+
+
+rule base_model:
+    input:
+        rules.preprocess.output,
+    output:
+        f"{BASE}/base.json",
+    params:
+        data=lambda wc, input: os.path.dirname(input[0]),
+        out=parent_dir,
+        preset=PRESET,
+        trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
+    log:
+        "logs/base_model/{task}.log",
+    threads: res("base_model", "threads")
+    resources:
+        mem_mb=res("base_model", "mem_mb"),
+        runtime=res("base_model", "runtime"),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data}"
+        " --preset {params.preset} --out {params.out} > {log} 2>&1"

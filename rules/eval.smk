@@ -1,0 +1,27 @@
+# Per cell and evaluation seed: sample the candidate pool on the task's test split and score it.
+
+
+rule eval:
+    input:
+        model=f"{CELL}/model",
+        test=rules.preprocess.output.test,
+    output:
+        pool=f"{CELL}/eval/evalseed{{evalseed}}.parquet",
+        metrics=f"{CELL}/eval/evalseed{{evalseed}}.json",
+    params:
+        data=lambda wc, input: os.path.dirname(input.test),
+        preset=PRESET,
+        eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),
+    log:
+        "logs/eval/{task}/{method}/seed{seed}/evalseed{evalseed}.log",
+    threads: res("eval", "threads")
+    resources:
+        gpu=eval_gpus,
+        mem_mb=res("eval", "mem_mb"),
+        runtime=res("eval", "runtime"),
+    conda:
+        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model} --task {wildcards.task}"
+        " --method {wildcards.method} --data {params.data} --seed {wildcards.evalseed} --preset {params.preset}"
+        " --out {output.pool} > {log} 2>&1"

@@ -1,0 +1,161 @@
+# Everything after evaluation is cheap and separate from training, so restyling a figure or a
+# table never retrains: aggregate (all cells) -> one rule per table and per figure.
+
+AGG = "results/aggregate"
+
+
+rule aggregate:
+    input:
+        eval_jsons(),
+    output:
+        summary=f"{AGG}/summary.csv",
+        per_seed=f"{AGG}/per_seed.csv",
+    params:
+        out=parent_dir,
+    log:
+        "logs/report/aggregate.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli aggregate evals --out-dir {params.out} {input} > {log} 2>&1"
+
+
+rule aggregate_training:
+    input:
+        train_markers(methods=diversity_methods()),
+    output:
+        f"{AGG}/training_curves.csv",
+    log:
+        "logs/report/aggregate_training.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli aggregate training --out {output} {input} > {log} 2>&1"
+
+
+rule main_table:
+    input:
+        rules.aggregate.output.summary,
+    output:
+        csv=report("results/tables/main_table.csv", category="Tables", caption="../workflow/report/main_table.rst"),
+        md="results/tables/main_table.md",
+        tex="results/tables/main_table.tex",
+    params:
+        best_at=CFG["report"]["best_at"],
+        methods=",".join(METHODS),
+        tasks=",".join(TASKS),
+    log:
+        "logs/report/main_table.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli table main --summary {input} --best-at {params.best_at} --methods {params.methods}"
+        " --tasks {params.tasks} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+
+
+rule curve_table:
+    input:
+        rules.aggregate.output.summary,
+    output:
+        csv=report(
+            "results/tables/{metric}_{task}.csv",
+            category="Tables",
+            subcategory="{metric}",
+            caption="../workflow/report/curve_table.rst",
+        ),
+        md="results/tables/{metric}_{task}.md",
+        tex="results/tables/{metric}_{task}.tex",
+    wildcard_constraints:
+        metric="best_at_k|pass_at_k",
+    params:
+        methods=",".join(METHODS),
+    log:
+        "logs/report/{metric}_{task}.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli table curve --metric {wildcards.metric} --task {wildcards.task} --summary {input}"
+        " --methods {params.methods} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+
+
+rule figure_pass_at_k:
+    input:
+        rules.aggregate.output.summary,
+    output:
+        report("figures/pass_at_k.pdf", category="Figures", caption="../workflow/report/pass_at_k.rst"),
+    params:
+        methods=",".join(METHODS),
+        tasks=",".join(TASKS),
+    log:
+        "logs/report/figure_pass_at_k.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot curve --metric pass_at_k --summary {input} --methods {params.methods}"
+        " --tasks {params.tasks} --out {output} > {log} 2>&1"
+
+
+rule figure_best_at_k:
+    input:
+        rules.aggregate.output.summary,
+    output:
+        report("figures/best_at_k.pdf", category="Figures", caption="../workflow/report/best_at_k.rst"),
+    params:
+        methods=",".join(METHODS),
+        tasks=",".join(TASKS),
+    log:
+        "logs/report/figure_best_at_k.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot curve --metric best_at_k --summary {input} --methods {params.methods}"
+        " --tasks {params.tasks} --out {output} > {log} 2>&1"
+
+
+rule figure_diversity_over_training:
+    input:
+        rules.aggregate_training.output,
+    output:
+        report(
+            "figures/diversity_over_training.pdf",
+            category="Figures",
+            caption="../workflow/report/diversity_over_training.rst",
+        ),
+    params:
+        methods=",".join(diversity_methods()),
+        tasks=",".join(TASKS),
+    log:
+        "logs/report/figure_diversity_over_training.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot diversity --training {input} --methods {params.methods} --tasks {params.tasks}"
+        " --out {output} > {log} 2>&1"

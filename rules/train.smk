@@ -1,0 +1,51 @@
+# Per cell (method, task, seed): train, then merge the checkpoint into a Hugging Face model.
+# The training output is the marker train.json, written last by the trainer. Checkpoints are NOT
+# outputs: Snakemake deletes a failed job's outputs, and the checkpoints must survive for the rerun
+# to resume. metrics.jsonl sits next to train.json for the same reason.
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        f"{CELL}/train.json",
+    params:
+        out=parent_dir,
+        data=lambda wc, input: os.path.dirname(input.data),
+        base_model=lambda wc, input: f"--base-model {os.path.dirname(input.base)}" if "base" in input.keys() else "",
+        backend=BACKEND,
+        preset=PRESET,
+        config=CONFIG_SNAPSHOT,
+        settings_digest=cell_digest,
+    log:
+        "logs/train/{task}/{method}/seed{seed}.log",
+    threads: res("train", "threads")
+    resources:
+        gpu=train_gpus,
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend} --task {wildcards.task}"
+        " --method {wildcards.method} --seed {wildcards.seed} --preset {params.preset} --data {params.data}"
+        " {params.base_model} --out {params.out} --config {params.config} > {log} 2>&1"
+
+
+rule merge:
+    input:
+        f"{CELL}/train.json",
+    output:
+        directory(f"{CELL}/model"),
+    params:
+        run=cell_dir_of,
+    log:
+        "logs/merge/{task}/{method}/seed{seed}.log",
+    threads: res("merge", "threads")
+    resources:
+        mem_mb=res("merge", "mem_mb"),
+        runtime=res("merge", "runtime"),
+    conda:
+        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    shell:
+        "python -m vpo.cli merge --run {params.run} > {log} 2>&1"
