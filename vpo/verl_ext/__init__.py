@@ -44,7 +44,7 @@ ESTIMATOR_METHODS: dict[str, str] = {
 TRAINER_MODE = "vpo_sync"
 
 # Keys of reward_extra_info that are bookkeeping, not reward channels.
-_NON_CHANNEL_KEYS = {"score", "acc", "sub_scores"}
+_NON_CHANNEL_KEYS = {"score", "acc", "sub_scores", "num_answers"}
 
 
 def estimator_for_method(method: str) -> str:
@@ -207,10 +207,21 @@ def register_estimators() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _pool_diversity(vectors: np.ndarray) -> float:
+    """Mean pairwise L1 distance of (n, k) reward vectors (vpo.metrics.diversity), 0 if n < 2."""
+    try:
+        from vpo.metrics import diversity
+    except ImportError:  # same definition, for an engine without the metrics module
+        n = len(vectors)
+        if n < 2:
+            return 0.0
+        dists = np.abs(vectors[:, None, :] - vectors[None, :, :]).sum(-1)
+        return float(dists[np.triu_indices(n, 1)].mean())
+    return float(diversity(vectors))
+
+
 def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, float]:
     """`vpo/pool_diversity`, `vpo/reward/<channel>` means and the estimator's diagnostics."""
-    from vpo.metrics import diversity
-
     metrics: dict[str, float] = {}
     pools: dict[str, list[np.ndarray]] = {}
     for uid, matrix in zip(group_ids, rollouts.sub_scores):
@@ -220,7 +231,7 @@ def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, 
     for matrices in pools.values():
         widths = {m.shape[1] for m in matrices}
         if len(widths) == 1:
-            per_group.append(diversity(np.concatenate(matrices, axis=0)))
+            per_group.append(_pool_diversity(np.concatenate(matrices, axis=0)))
     metrics["vpo/pool_diversity"] = float(np.mean(per_group)) if per_group else 0.0
     channels: dict[str, list[float]] = {}
     for info in rollouts.extras:
@@ -229,6 +240,9 @@ def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, 
                 channels.setdefault(key, []).append(float(value))
     for key, values in channels.items():
         metrics[f"vpo/reward/{key}"] = float(np.mean(values))
+    answers = [info["num_answers"] for info in rollouts.extras if "num_answers" in info]
+    if answers:  # vpo.reward: 0 distinct parsed answers = the response did not parse
+        metrics["vpo/parse_failure_rate"] = float(np.mean([float(a) == 0 for a in answers]))
     if rollouts.scores is not None and len(rollouts.scores):
         metrics["vpo/score_mean"] = float(np.mean(rollouts.scores))
     for key, value in rollouts.diagnostics.items():

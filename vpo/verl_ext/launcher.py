@@ -1,0 +1,411 @@
+"""Turn one (task, method, seed) cell of config.yaml into a veRL 0.9.1 training job, and run it.
+
+`train_cell` is what `vpo train --backend verl` calls. It builds the full command
+(`python -m verl.trainer.main_ppo --config-path <repo>/verl/config --config-name vpo_trainer ...`),
+a per-job environment (own RAY_TMPDIR, free MASTER_PORT, own datasets cache, W&B offline unless
+configured, veRL's file logger), runs a preflight that fails in seconds on a bad cell (unknown
+method, missing data or model, batch sizes that do not divide the GPUs, m answers that cannot fit
+the response length, an estimator veRL does not know, a config veRL's own validate_config
+rejects), then runs veRL, converts its metrics into `<out>/metrics.jsonl` and writes
+`<out>/train.json` last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+VERL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "verl" / "config"
+CONFIG_NAME = "vpo_trainer"
+
+
+@dataclass(frozen=True)
+class BatchPreset:
+    """Per-step sizes (paper section 6.1); prompts, not rollouts, unless said otherwise."""
+
+    train_batch_size: int  # prompts per training step
+    rollout_n: int  # rollouts per prompt (the group size)
+    ppo_mini_batch_size: int  # prompts per optimizer step
+    micro_batch_per_gpu: int  # rollouts per forward pass per GPU (training and log-probs)
+
+
+# Defaults of the `verl:` block of config.yaml; the block overrides any of them.
+DEFAULTS: dict[str, Any] = {
+    "batch_presets": {
+        "up_to_4b": {"train_batch_size": 128, "rollout_n": 8, "ppo_mini_batch_size": 64, "micro_batch_per_gpu": 8},
+        "7b_8b": {"train_batch_size": 64, "rollout_n": 8, "ppo_mini_batch_size": 32, "micro_batch_per_gpu": 2},
+        "smoke_1gpu": {"train_batch_size": 32, "rollout_n": 4, "ppo_mini_batch_size": 16, "micro_batch_per_gpu": 2},
+    },
+    "batch_preset": "auto",  # auto: smoke_1gpu on 1 GPU, 7b_8b for models of 6B+ parameters, else up_to_4b
+    "gpus": None,  # GPUs per job; null: task_settings.<task>.gpus
+    "logger": ["console", "file", "wandb"],
+    "wandb": {"mode": "offline", "entity": None},  # mode: offline | online | disabled
+    "save_freq": 10,
+    "test_freq": 50,
+    "min_tokens_per_answer": 128,  # preflight: max_response_length / m must leave this per answer
+    "overrides": [],  # extra Hydra overrides passed verbatim to veRL
+}
+
+
+class PreflightError(ValueError):
+    """A cell that cannot train; the message names the problem and the fix."""
+
+
+@dataclass
+class CellCommand:
+    """Everything needed to run one cell under veRL."""
+
+    argv: list[str]  # python -m verl.trainer.main_ppo ... (Hydra overrides included)
+    env: dict[str, str]  # variables set on top of the caller's environment
+    overrides: list[str]  # the Hydra overrides alone (for composing in-process)
+    estimator: str  # algorithm.adv_estimator
+    batch_preset: str  # name of the batch preset used
+    batch: BatchPreset
+    gpus: int
+    model: str
+    out_dir: Path
+    data_files: tuple[Path, Path]  # train, test parquet
+
+    def shell(self) -> str:
+        """The command as one shell line, environment first."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join(self.argv)}"
+
+
+def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """DEFAULTS deep-merged with cfg['verl']."""
+    from vpo.config import deep_merge
+
+    return deep_merge(DEFAULTS, cfg.get("verl") or {})
+
+
+def model_billions(model: str) -> float | None:
+    """Parameter count in billions read from a model name ('Qwen/Qwen3-8B' -> 8.0), else None."""
+    found = re.findall(r"(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", Path(str(model)).name)
+    return float(found[-1]) if found else None
+
+
+def choose_batch_preset(settings: Mapping[str, Any], model: str, gpus: int) -> tuple[str, BatchPreset]:
+    name = settings["batch_preset"]
+    if name == "auto":
+        size = model_billions(model)
+        name = "smoke_1gpu" if gpus == 1 else ("7b_8b" if size is not None and size >= 6 else "up_to_4b")
+    presets = settings["batch_presets"]
+    if name not in presets:
+        raise PreflightError(f"verl.batch_preset {name!r} is not one of {sorted(presets)} (or auto)")
+    return name, BatchPreset(**presets[name])
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _override_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    return str(value)
+
+
+def run_name(task: str, method: str, seed: int) -> str:
+    return f"{method}_{task}_seed{seed}"
+
+
+def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir) -> CellCommand:
+    """The veRL command and environment of one cell (no checks beyond what building needs)."""
+    from vpo.config import method_settings, task_settings
+    from vpo.methods import get_method
+    from vpo.verl_ext import TRAINER_MODE, estimator_for_method
+
+    spec = get_method(method)
+    settings = verl_settings(cfg)
+    tset = task_settings(cfg, task)
+    out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
+    gpus = int(settings["gpus"] or tset.get("gpus") or 1)
+    model = str(tset["model"])
+    if model.startswith(("~", ".", "/")):
+        model = str(Path(model).expanduser().resolve())
+    preset_name, batch = choose_batch_preset(settings, model, gpus)
+    estimator = estimator_for_method(method)
+    m = int(tset.get("m", 1)) if spec.multi_answer else 1
+    prompt_len = int(tset["max_prompt_length"][spec.prompt])
+    response_len = int(tset["max_response_length"][spec.prompt])
+    name = run_name(task, method, seed)
+    train_file, test_file = data_dir / "train.parquet", data_dir / "test.parquet"
+
+    overrides = [
+        f"data.train_files={train_file}",
+        f"data.val_files={test_file}",
+        f"data.max_prompt_length={prompt_len}",
+        f"data.max_response_length={response_len}",
+        f"data.train_batch_size={batch.train_batch_size}",
+        f"data.seed={seed}",
+        f"data.vpo.method={method}",
+        f"data.vpo.m={m}",
+        f"data.vpo.seed={seed}",
+        f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.rollout.n={batch.rollout_n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch.ppo_mini_batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
+        f"algorithm.adv_estimator={estimator}",
+        f"algorithm.vpo.method={method}",
+        f"algorithm.vpo.seed={seed}",
+    ]
+    for key, value in sorted(method_settings(cfg, method).items()):
+        overrides.append(f"++algorithm.vpo.settings.{key}={_override_value(value)}")
+    overrides += [
+        f"trainer.n_gpus_per_node={gpus}",
+        "trainer.nnodes=1",
+        f"trainer.total_epochs={int(tset.get('epochs', 1))}",
+        f"trainer.project_name=vpo_{task}",
+        f"trainer.experiment_name={name}",
+        f"trainer.default_local_dir={out_dir / 'checkpoints'}",
+        f"trainer.logger={_override_value(list(settings['logger']))}",
+        f"trainer.save_freq={int(settings['save_freq'])}",
+        f"trainer.test_freq={int(settings['test_freq'])}",
+        "trainer.resume_mode=auto",
+        f"trainer.v1.trainer_mode={TRAINER_MODE}",
+    ]
+
+    digest = hashlib.md5(f"{out_dir}".encode()).hexdigest()[:10]
+    wandb = settings.get("wandb") or {}
+    env = {
+        # registration of the estimators and the trainer in every process, Ray actors included
+        "VERL_USE_EXTERNAL_MODULES": "vpo.verl_ext",
+        "VERL_FILE_LOGGER_PATH": str(out_dir / "logs" / f"verl_metrics.{time.strftime('%Y%m%dT%H%M%S')}.jsonl"),
+        # per-job scratch: short path (Ray's socket names must stay under ~107 characters)
+        "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{digest}"),
+        "MASTER_PORT": str(_free_port()),
+        "HF_DATASETS_CACHE": str(out_dir / ".cache" / "datasets"),
+        "TOKENIZERS_PARALLELISM": "false",
+        "WANDB_MODE": str(wandb.get("mode") or "offline"),
+        "WANDB_DIR": str(out_dir / "logs"),
+        "WANDB_RUN_ID": hashlib.md5(f"vpo_{task}/{name}".encode()).hexdigest()[:16],
+        "WANDB_RESUME": "allow",
+    }
+    if wandb.get("entity"):
+        env["WANDB_ENTITY"] = str(wandb["entity"])
+    for key in ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
+                "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
+        overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={env[key]}")
+    overrides += [str(o) for o in settings.get("overrides") or []]
+
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
+            f"--config-name={CONFIG_NAME}", *overrides]
+    return CellCommand(argv=argv, env=env, overrides=overrides, estimator=estimator, batch_preset=preset_name,
+                       batch=batch, gpus=gpus, model=model, out_dir=out_dir, data_files=(train_file, test_file))
+
+
+# ---------------------------------------------------------------------------------------------
+# Preflight
+# ---------------------------------------------------------------------------------------------
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
+    """Cheap checks on names (no files, no veRL): method and task exist in the config."""
+    from vpo.methods import METHODS
+
+    if method not in METHODS:
+        raise PreflightError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
+    if task not in (cfg.get("task_settings") or {}):
+        raise PreflightError(f"unknown task {task!r}: config.yaml has task_settings for {', '.join(cfg['task_settings'])}")
+    if method not in (cfg.get("method_settings") or {}):
+        raise PreflightError(f"method {method!r} has no method_settings entry in config.yaml; add `{method}: {{}}`")
+
+
+def check_files(command: CellCommand) -> None:
+    for path in command.data_files:
+        if not path.is_file():
+            raise PreflightError(f"data file {path} does not exist: run `vpo preprocess --task <task> --out {path.parent}`")
+    model = command.model
+    if model.startswith("/"):
+        if not (Path(model) / "config.json").is_file():
+            raise PreflightError(f"model directory {model} has no config.json (set task_settings.<task>.model "
+                                 "to a Hugging Face model directory or a hub id)")
+    elif not _HUB_ID.match(model):
+        raise PreflightError(f"model {model!r} is neither an existing directory nor a hub id like 'Qwen/Qwen3-4B'")
+
+
+def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_answer: int) -> None:
+    b, gpus = command.batch, command.gpus
+    rollouts = b.train_batch_size * b.rollout_n
+    if rollouts % gpus:
+        raise PreflightError(f"batch preset {command.batch_preset}: {b.train_batch_size} prompts x {b.rollout_n} "
+                             f"rollouts = {rollouts} does not divide over {gpus} GPUs")
+    if b.ppo_mini_batch_size > b.train_batch_size or b.train_batch_size % b.ppo_mini_batch_size:
+        raise PreflightError(f"batch preset {command.batch_preset}: ppo_mini_batch_size {b.ppo_mini_batch_size} "
+                             f"must divide train_batch_size {b.train_batch_size}")
+    mini_rollouts = b.ppo_mini_batch_size * b.rollout_n
+    if mini_rollouts % gpus or (mini_rollouts // gpus) % b.micro_batch_per_gpu:
+        raise PreflightError(f"batch preset {command.batch_preset}: a mini-batch of {mini_rollouts} rollouts over "
+                             f"{gpus} GPUs is not a multiple of micro_batch_per_gpu {b.micro_batch_per_gpu}")
+    if m > 1 and response_len // m < min_tokens_per_answer:
+        raise PreflightError(f"m={m} answers do not fit max_response_length={response_len}: "
+                             f"{response_len // m} tokens per answer < verl.min_tokens_per_answer={min_tokens_per_answer}; "
+                             "raise task_settings.<task>.max_response_length.multi or lower m")
+
+
+def check_with_verl(command: CellCommand) -> None:
+    """The estimator is registered in veRL, and veRL composes and validates the job's config."""
+    try:
+        import vpo.verl_ext  # noqa: F401  (registers on import)
+        from verl.trainer.ppo import core_algos
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import validate_config
+    except ImportError as err:
+        raise PreflightError(f"veRL is not importable ({err}); install the extra: pip install -e '.[verl]'") from err
+    try:
+        core_algos.get_adv_estimator_fn(command.estimator)
+    except ValueError as err:
+        raise PreflightError(f"estimator {command.estimator!r} is not registered in veRL: {err}") from err
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
+        config = compose(config_name=CONFIG_NAME, overrides=list(command.overrides))
+    try:
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except (AssertionError, ValueError) as err:
+        raise PreflightError(f"veRL rejects the job's config: {err}") from err
+
+
+def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellCommand, *, with_verl: bool = True) -> None:
+    """Every check that can fail before Ray starts; raises PreflightError naming the problem."""
+    from vpo.config import task_settings
+    from vpo.methods import get_method
+
+    spec = get_method(method)
+    tset = task_settings(cfg, task)
+    settings = verl_settings(cfg)
+    if not VERL_CONFIG_DIR.joinpath(f"{CONFIG_NAME}.yaml").is_file():
+        raise PreflightError(f"{VERL_CONFIG_DIR}/{CONFIG_NAME}.yaml is missing: run from a checkout of the project")
+    check_files(command)
+    m = int(tset.get("m", 1)) if spec.multi_answer else 1
+    check_sizes(command, m, int(tset["max_response_length"][spec.prompt]), int(settings["min_tokens_per_answer"]))
+    if with_verl:
+        check_with_verl(command)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and recording
+# ---------------------------------------------------------------------------------------------
+
+
+def convert_metrics(out_dir) -> int:
+    """veRL's file-logger JSONL files (one per attempt) -> `<out>/metrics.jsonl`; returns the steps.
+
+    Each line gets `step`, `pool_diversity`, `score_mean`, `reward/<objective>`, `adv/<stat>`,
+    `parse_failure_rate`, `entropy`, `wall_time_s`, and veRL's own metrics under their names.
+    """
+    out_dir = Path(out_dir)
+    merged: dict[int, dict] = {}
+    for path in sorted((out_dir / "logs").glob("verl_metrics.*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a killed job
+            merged.setdefault(int(record["step"]), {}).update(record.get("data") or {})
+    rows, wall = [], 0.0
+    for step in sorted(merged):
+        data = merged[step]
+        if "vpo/pool_diversity" not in data:
+            continue  # validation-only record
+        wall += float(data.get("timing_s/step", 0.0))
+        row = {"step": step, "pool_diversity": data["vpo/pool_diversity"],
+               "score_mean": data.get("vpo/score_mean", data.get("critic/score/mean")),
+               "parse_failure_rate": data.get("vpo/parse_failure_rate"),
+               "entropy": data.get("actor/entropy"), "wall_time_s": wall}
+        for key, value in data.items():
+            if key.startswith("vpo/reward/"):
+                row["reward/" + key[len("vpo/reward/"):]] = value
+            elif key.startswith("vpo/adv/"):
+                row["adv/" + key[len("vpo/adv/"):]] = value
+            elif not key.startswith("vpo/"):
+                row[key] = value
+        rows.append(row)
+    target = out_dir / "metrics.jsonl"
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text("".join(json.dumps(r, default=float) + "\n" for r in rows))
+    os.replace(tmp, target)
+    return len(rows)
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("vpo-pipeline", "verl", "torch", "transformers", "vllm", "ray"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def write_train_json(out_dir, payload: Mapping[str, Any]) -> Path:
+    target = Path(out_dir) / "train.json"
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(dict(payload), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, target)
+    return target
+
+
+def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
+               print_command: bool = False) -> int:
+    """Train one cell with veRL; returns the exit status (0 = trained, train.json written).
+
+    print_command: print the veRL command line (environment first) and return 0 without running
+    or checking the GPU-side files.
+    """
+    from vpo.config import cell_settings, settings_digest
+
+    check_cell(cfg, task, method)
+    command = build_command(cfg, task, method, int(seed), out_dir, data_dir)
+    if print_command:
+        print(command.shell())
+        return 0
+    started = time.time()
+    preflight(cfg, task, method, command)
+    out = command.out_dir
+    for sub in ("logs", "checkpoints", ".cache/datasets"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    Path(command.env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    print(f"[vpo] veRL cell {run_name(task, method, seed)}: {command.gpus} GPU(s), batch preset "
+          f"{command.batch_preset} {asdict(command.batch)}, estimator {command.estimator}", flush=True)
+    result = subprocess.run(command.argv, env={**os.environ, **command.env}, cwd=str(out))
+    if result.returncode != 0:
+        print(f"[vpo] veRL exited with status {result.returncode}; checkpoints are kept in {out / 'checkpoints'} "
+              "and the next run resumes from them", file=sys.stderr)
+        return result.returncode
+    steps = convert_metrics(out)
+    latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
+    if latest.is_file():
+        steps = max(steps, int(latest.read_text().strip() or 0))
+    write_train_json(out, {
+        "backend": "verl", "task": task, "method": method, "seed": int(seed), "preset": cfg.get("preset"),
+        "steps": steps, "wall_time_s": round(time.time() - started, 3),
+        "config_hash": settings_digest(cell_settings(cfg, task, method)), "versions": _versions(),
+        "estimator": command.estimator, "batch_preset": command.batch_preset, "gpus": command.gpus,
+        "model": command.model,
+    })
+    return 0
