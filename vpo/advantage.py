@@ -90,6 +90,8 @@ def _group_mean_std(x: np.ndarray, codes: np.ndarray, n_groups: int, ddof: int) 
 
 def _as_matrix(item: Any) -> np.ndarray:
     """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0)."""
+    if type(item) is np.ndarray and item.ndim == 2 and item.dtype == np.float64 and item.size:
+        return item
     if item is None:
         return np.zeros((0, 0))
     if isinstance(item, (str, bytes)):
@@ -108,6 +110,19 @@ def _as_matrix(item: Any) -> np.ndarray:
 # VPO
 
 
+def _draw_bucket_weights(
+    group_ks: np.ndarray, n_weights: int, *, alpha: float, sampler: str, rng: np.random.Generator | int | None
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """[(k, group indices with that k, weights (G_k, W, k))] by ascending k: one draw per distinct k."""
+    rng = np.random.default_rng(rng)
+    ks = np.asarray(group_ks, dtype=np.int64)
+    out = []
+    for k in np.unique(ks[ks > 0]):
+        sel = np.flatnonzero(ks == k)
+        out.append((int(k), sel, sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng)))
+    return out
+
+
 def draw_group_weights(
     group_ks: Sequence[int] | np.ndarray,
     n_weights: int = 100,
@@ -118,14 +133,12 @@ def draw_group_weights(
 ) -> list[np.ndarray | None]:
     """The weights `vpo_advantage` draws: one (n_weights, k_g) set per group, None where k_g < 1.
 
-    Groups are visited by ascending k, then by group order, one vectorised draw per distinct k.
+    group_ks: (G,) k of each group in first-appearance order. Groups are visited by ascending k,
+    then by group order, with one vectorised draw per distinct k; the same rng state gives the
+    same weights as `vpo_advantage`.
     """
-    rng = np.random.default_rng(rng)
-    ks = np.asarray(group_ks, dtype=np.int64)
-    out: list[np.ndarray | None] = [None] * len(ks)
-    for k in np.unique(ks[ks > 0]):
-        sel = np.flatnonzero(ks == k)
-        sets = sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng)
+    out: list[np.ndarray | None] = [None] * len(group_ks)
+    for _, sel, sets in _draw_bucket_weights(np.asarray(group_ks), n_weights, alpha=alpha, sampler=sampler, rng=rng):
         for g, w in zip(sel, sets):
             out[g] = w
     return out
@@ -173,7 +186,7 @@ def vpo_advantage(
             f"{k_lo[g]} and {k_hi[g]} dimensions; k must be the same for every rollout of a prompt"
         )
     if weights is None:
-        group_w = draw_group_weights(k_hi, n_weights, alpha=alpha, sampler=sampler, rng=rng)
+        buckets = _draw_bucket_weights(k_hi, n_weights, alpha=alpha, sampler=sampler, rng=rng)
     else:
         first = np.unique(codes, return_index=True)[1]
         ids = [group_ids[i] for i in first]
@@ -181,11 +194,11 @@ def vpo_advantage(
         for g, w in enumerate(group_w):
             if w is not None and (w.ndim != 2 or w.shape[1] != k_hi[g]):
                 raise ValueError(f"weights for group {ids[g]!r} must be (W, {k_hi[g]}), got {w.shape}")
+        buckets = [(int(k), sel, np.stack([group_w[g] for g in sel])) for k in np.unique(k_hi[k_hi > 0]) for sel in [np.flatnonzero(k_hi == k)]]
 
     raw = np.zeros(len(mats))
     pool_best = np.zeros(n_groups)
-    for k in np.unique(k_hi[k_hi > 0]):
-        gsel = np.flatnonzero(k_hi == k)
+    for k, gsel, w_stack in buckets:  # one batched pass per distinct k
         local = np.full(n_groups, -1, dtype=np.int64)
         local[gsel] = np.arange(len(gsel))
         rsel = np.flatnonzero(local[codes] >= 0)  # rollouts of these groups, in batch order
@@ -195,22 +208,23 @@ def vpo_advantage(
         slot = np.empty(len(rsel), dtype=np.int64)
         slot[order] = np.arange(len(rsel)) - (np.cumsum(count) - count)[lg[order]]
         m_r = rows[rsel]
-        stacked = np.concatenate([mats[i] for i in rsel[m_r > 0]])
+        full = m_r > 0
+        stacked = np.concatenate([mats[i] for i in rsel[full]])
         if not np.all(np.isfinite(stacked)):
             raise ValueError("sub_scores contain NaN or inf; the reward function must return finite scores")
-        owner = np.repeat(np.arange(len(rsel)), m_r)
-        row_in = np.arange(len(owner)) - np.repeat(np.cumsum(m_r) - m_r, m_r)
+        start = np.cumsum(m_r) - m_r  # first row of each rollout in `stacked`
         n_max, m_max = int(count.max()), int(m_r.max())
-        padded = np.zeros((len(gsel), n_max, m_max, int(k)))
-        present = np.zeros((len(gsel), n_max, m_max), dtype=bool)
-        padded[lg[owner], slot[owner], row_in] = stacked
-        present[lg[owner], slot[owner], row_in] = True
-        w_stack = np.stack([group_w[g] for g in gsel])  # (G_k, W, k)
-        scored = np.matmul(padded.reshape(len(gsel), n_max * m_max, int(k)), w_stack.transpose(0, 2, 1))
-        scored = np.where(present.reshape(len(gsel), -1, 1), scored, -np.inf).reshape(len(gsel), n_max, m_max, -1)
+        # Gather each rollout's rows into a (G_k, n_max, m_max) grid of row indices. Missing rows repeat
+        # the rollout's first row and missing rollouts the group's first row: a repeated row never
+        # changes a max, so no masking of the scored array is needed.
+        group_first = np.full(len(gsel), len(stacked), dtype=np.int64)
+        np.minimum.at(group_first, lg[full], start[full])
+        src = np.broadcast_to(group_first[:, None, None], (len(gsel), n_max, m_max)).copy()
+        src[lg[full], slot[full]] = start[full, None] + np.minimum(np.arange(m_max), m_r[full, None] - 1)
+        grid = stacked[src].reshape(len(gsel), n_max * m_max, k)
+        scored = np.matmul(grid, w_stack.transpose(0, 2, 1)).reshape(len(gsel), n_max, m_max, -1)
         own = scored.max(axis=2)  # (G_k, n_max, W): best answer of each rollout under each weight
-        own_mean = np.where(present.any(axis=2), np.where(np.isfinite(own), own, 0.0).mean(axis=-1), 0.0)
-        raw[rsel] = own_mean[lg, slot]
+        raw[rsel[full]] = own[lg[full], slot[full]].mean(axis=-1)
         pool_best[gsel] = own.max(axis=1).mean(axis=-1)
 
     _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)

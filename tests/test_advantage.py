@@ -1,0 +1,336 @@
+"""Advantage estimators against brute-force loop references and hand-derived numbers."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vpo.advantage import (
+    ESTIMATORS,
+    advantage_for_method,
+    draw_group_weights,
+    gdpo_advantage,
+    get_estimator,
+    grpo_advantage,
+    max_at_k_advantage,
+    maxrl_advantage,
+    multi_rlvr_scalar,
+    register_estimator,
+    vpo_advantage,
+    vpo_single_advantage,
+    weighted_scalar,
+)
+from vpo.methods import METHODS
+
+
+# --------------------------------------------------------------------------------------------
+# Brute-force VPO reference: explicit loops over groups, rollouts, weights and rows.
+
+
+def vpo_reference(sub_scores, group_ids, group_weights, eps=1e-6):
+    order = []
+    for g in group_ids:
+        if g not in order:
+            order.append(g)
+    raw = [0.0] * len(sub_scores)
+    for gi, g in enumerate(order):
+        w_set = group_weights[gi]
+        for j, (s, gid) in enumerate(zip(sub_scores, group_ids)):
+            if gid != g or s is None or len(s) == 0:
+                continue
+            total = 0.0
+            for w in w_set:
+                best = -math.inf
+                for row in s:
+                    best = max(best, sum(float(a) * float(b) for a, b in zip(row, w)))
+                total += best
+            raw[j] = total / len(w_set)
+    adv = [0.0] * len(sub_scores)
+    for g in order:
+        members = [j for j, gid in enumerate(group_ids) if gid == g]
+        vals = [raw[j] for j in members]
+        mean = sum(vals) / len(vals)
+        std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+        for j in members:
+            adv[j] = 0.0 if std < eps else (raw[j] - mean) / (std + eps)
+    return np.array(adv), raw
+
+
+def ragged_batch(rng, n_groups=6, with_empty=True):
+    """Groups of varying size, k per group, m per rollout; some rollouts empty."""
+    subs, ids, ks = [], [], []
+    for g in range(n_groups):
+        k = int(rng.integers(1, 6))
+        ks.append(k)
+        for _ in range(int(rng.integers(1, 6))):
+            m = int(rng.integers(0 if with_empty else 1, 5))
+            subs.append(None if m == 0 and rng.random() < 0.5 else rng.random((m, k)).round(2) if m else np.zeros((0, k)))
+            ids.append(f"p{g}")
+    perm = rng.permutation(len(subs))  # interleave groups in the batch
+    return [subs[i] for i in perm], [ids[i] for i in perm]
+
+
+def group_ks_in_order(subs, ids):
+    order, ks = [], {}
+    for s, g in zip(subs, ids):
+        if g not in order:
+            order.append(g)
+        if s is not None and len(s):
+            ks[g] = np.asarray(s).shape[1]
+    return [ks.get(g, -1) for g in order]
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("sampler", ["naive", "sobol"])
+def test_vpo_matches_brute_force_on_ragged_batches(seed, sampler):
+    rng = np.random.default_rng(seed)
+    subs, ids = ragged_batch(rng)
+    adv, diag = vpo_advantage(subs, ids, n_weights=7, sampler=sampler, rng=123)
+    weights = draw_group_weights(group_ks_in_order(subs, ids), 7, sampler=sampler, rng=123)
+    ref, raw = vpo_reference(subs, ids, weights)
+    np.testing.assert_allclose(adv, ref, rtol=1e-9, atol=1e-9)
+    assert diag["vpo/own_pool_expected_max_mean"] == pytest.approx(np.mean(raw))
+    assert diag["vpo/sampler_code"] == (0.0 if sampler == "naive" else 1.0)
+
+
+def test_vpo_explicit_weights_and_pool_diagnostics():
+    # Group a: k = 2, weights (1,0) and (0,1). Rollout 0 rows (1,0),(0,1): max 1 under both -> raw 1.
+    # Rollout 1 row (0.5, 0.5): raw 0.5. Rollout 2 empty: raw 0.
+    subs = [[[1, 0], [0, 1]], [[0.5, 0.5]], None, [[0.2, 0.4, 0.6]], [[0.2, 0.4, 0.6]]]
+    ids = ["a", "a", "a", "b", "b"]
+    w = {"a": np.array([[1.0, 0.0], [0.0, 1.0]]), "b": np.array([[1 / 3, 1 / 3, 1 / 3]])}
+    adv, diag = vpo_advantage(subs, ids, weights=w)
+    raw = np.array([1.0, 0.5, 0.0])
+    std = raw.std()
+    np.testing.assert_allclose(adv[:3], (raw - 0.5) / (std + 1e-6))
+    assert adv[3] == 0.0 and adv[4] == 0.0  # identical rollouts: zero std -> zero advantage
+    assert diag["vpo/pool_size_mean"] == pytest.approx((2 + 1 + 0 + 1 + 1) / 5)
+    assert diag["vpo/zero_std_group_frac"] == 0.5
+    # pool best: group a -> 1 under each weight; group b -> 0.4
+    assert diag["vpo/pool_expected_best_mean"] == pytest.approx((1.0 + 0.4) / 2)
+    assert diag["vpo/group_std_mean"] == pytest.approx(std / 2)
+
+
+def test_vpo_json_text_and_vectors_are_read():
+    adv_text, _ = vpo_advantage(["[[1, 0]]", "[[0, 1]]", ""], ["g", "g", "g"], rng=0)
+    adv_list, _ = vpo_advantage([[[1, 0]], [0, 1], None], ["g", "g", "g"], rng=0)
+    np.testing.assert_array_equal(adv_text, adv_list)
+
+
+def test_vpo_rejects_mixed_k_and_nan():
+    with pytest.raises(ValueError, match="mixes reward vectors of 2 and 3"):
+        vpo_advantage([[[1, 0]], [[1, 0, 0]]], ["g", "g"])
+    with pytest.raises(ValueError, match="NaN"):
+        vpo_advantage([[[np.nan, 0]], [[1, 0]]], ["g", "g"])
+    with pytest.raises(ValueError, match="group_ids"):
+        vpo_advantage([[[1, 0]]], ["g", "h"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), shift=st.floats(-5, 5), scale=st.floats(0.1, 10))
+def test_vpo_invariants(seed, shift, scale):
+    rng = np.random.default_rng(seed)
+    n, m, k = 6, 3, 4
+    subs = [rng.random((m, k)) for _ in range(n)]
+    ids = ["g"] * n
+    base, _ = vpo_advantage(subs, ids, rng=seed)
+    # Permuting rollouts permutes advantages (weights are per group, drawn from the same rng state).
+    perm = rng.permutation(n)
+    permuted, _ = vpo_advantage([subs[i] for i in perm], ids, rng=seed)
+    np.testing.assert_allclose(permuted, base[perm], atol=1e-9)
+    # Affine maps of every reward of the group (c > 0) leave advantages unchanged (weights sum to 1);
+    # exactly so only when eps, added to the std, is negligible, hence eps = 1e-12 here.
+    tight, _ = vpo_advantage(subs, ids, rng=seed, eps=1e-12)
+    moved, _ = vpo_advantage([s * scale + shift for s in subs], ids, rng=seed, eps=1e-12)
+    np.testing.assert_allclose(moved, tight, atol=1e-8)
+    # An all-equal group gives exact zeros, never NaN.
+    flat, diag = vpo_advantage([np.full((m, k), shift)] * n, ids, rng=seed)
+    assert np.all(flat == 0.0) and diag["vpo/zero_std_group_frac"] == 1.0
+
+
+def test_vpo_identical_rollouts_share_raw_scores():
+    rng = np.random.default_rng(5)
+    same = rng.random((3, 4))
+    subs = [same, rng.random((3, 4)), same.copy(), rng.random((2, 4))]
+    adv, _ = vpo_advantage(subs, ["g"] * 4, rng=9, sampler="sobol")
+    assert adv[0] == pytest.approx(adv[2], abs=1e-12)
+    assert adv[0] != pytest.approx(adv[1])
+
+
+def test_vpo_k2_alpha1_matches_closed_form():
+    # r = (a, b): w = (u, 1-u), u ~ U[0, 1]. Two rows (1, 0) and (0, 1): E[max(u, 1-u)] = 3/4.
+    # One row (0.2, 0.6): E[0.2u + 0.6(1-u)] = 0.4.  So raw scores are 0.75 and 0.4.
+    subs = [[[1.0, 0.0], [0.0, 1.0]], [[0.2, 0.6]]]
+    ids = ["g", "g"]
+    for sampler, tol, reps in (("naive", 0.03, 200), ("sobol", 0.003, 200)):
+        draws = []
+        for r in range(reps):
+            _, diag = vpo_advantage(subs, ids, n_weights=100, sampler=sampler, rng=r)
+            draws.append(diag["vpo/own_pool_expected_max_mean"])
+        draws = np.array(draws)
+        # mean of the two raw scores is (0.75 + 0.4) / 2 = 0.575 in expectation
+        assert abs(draws.mean() - 0.575) < tol / 3
+        assert np.all(np.abs(draws - 0.575) < tol * 2), (sampler, np.abs(draws - 0.575).max())
+    # The max part alone: (1/W) sum max(u, 1-u) has MC error sd sqrt(Var[max(u, 1-u)] / W), and
+    # max(u, 1-u) is uniform on [1/2, 1], so Var = 1/48. Naive weights match that error; Sobol
+    # weights must do much better.
+    sd = math.sqrt(1 / 48 / 100)
+    for sampler, lo, hi in (("naive", 0.6 * sd, 1.4 * sd), ("sobol", 0.0, 0.2 * sd)):
+        errors = []
+        for r in range(200):
+            w = draw_group_weights([2], 100, sampler=sampler, rng=r)[0]
+            errors.append(np.mean(np.maximum(w[:, 0], w[:, 1])) - 0.75)
+        rms = math.sqrt(np.mean(np.square(errors)))
+        assert lo <= rms <= hi, (sampler, rms, sd)
+
+
+def test_vpo_single_is_vpo_on_one_row():
+    subs = [[0.1, 0.9], [0.7, 0.3], [0.5, 0.5]]
+    a, _ = vpo_single_advantage(subs, [1, 1, 1], rng=3)
+    b, _ = vpo_advantage([[s] for s in subs], [1, 1, 1], rng=3)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="one answer per rollout"):
+        vpo_single_advantage([[[1, 0], [0, 1]]], [1])
+
+
+# --------------------------------------------------------------------------------------------
+# Scalar estimators: hand-derived numbers
+
+
+def test_grpo_hand_numbers():
+    # group a: [1, 3] mean 2, unbiased std sqrt(2); group b: singleton 5 -> mean 0, std 1.
+    adv = grpo_advantage([1.0, 5.0, 3.0], ["a", "b", "a"])
+    s2 = math.sqrt(2)
+    np.testing.assert_allclose(adv, [-1 / (s2 + 1e-6), 5 / (1 + 1e-6), 1 / (s2 + 1e-6)])
+    np.testing.assert_allclose(grpo_advantage([1.0, 5.0, 3.0], ["a", "b", "a"], norm_by_std=False), [-1, 5, 1])
+    # veRL convention check: unbiased std of [0, 1, 1, 1] = 0.5
+    np.testing.assert_allclose(grpo_advantage([0, 1, 1, 1], [0] * 4), np.array([-0.75, 0.25, 0.25, 0.25]) / (0.5 + 1e-6))
+
+
+def test_maxrl_hand_numbers():
+    # group: [0, 1, 1, 0] mean 0.5 -> (r - 0.5) / 0.5 = [-1, 1, 1, -1]; all-zero group -> 0.
+    adv = maxrl_advantage([0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1])
+    np.testing.assert_allclose(adv, np.array([-0.5, 0.5, 0.5, -0.5, 0, 0]) / np.array([0.5 + 1e-6] * 4 + [1, 1]))
+    assert adv[4] == 0.0 and adv[5] == 0.0
+
+
+def test_gdpo_hand_numbers():
+    # Two groups of 2, two channels. Each channel z-score in a group of two values a < b is
+    # (-1/sqrt2, +1/sqrt2) * |b-a| / (|b-a|/sqrt2 + eps) ~ (-0.7071, 0.7071); equal values give 0.
+    ch = [[1, 0], [0, 0], [1, 1], [1, 0]]
+    ids = ["x", "x", "y", "y"]
+    z = 1 / math.sqrt(2)
+    # x: channel 0 moves (+z, -z), channel 1 is flat; y: channel 0 flat, channel 1 moves.
+    summed = np.array([z, -z, z, -z]) / (1 + 1e-6 * math.sqrt(2))
+    expected = (summed - summed.mean()) / math.sqrt(summed.var(ddof=1) + 1e-8)
+    np.testing.assert_allclose(gdpo_advantage(ch, ids), expected, rtol=1e-6)
+    # weights scale channels before summing: weight 0 on channel 1 leaves only channel 0.
+    only0 = np.array([z, -z, 0, 0])
+    exp0 = (only0 - only0.mean()) / math.sqrt(only0.var(ddof=1) + 1e-8)
+    np.testing.assert_allclose(gdpo_advantage(ch, ids, weights=[1, 0]), exp0, rtol=1e-5)
+
+
+def max_at_k_reference(r, k):
+    """d/dlogpi of the unbiased estimator: each rollout's share of E[max of a k-subset], by enumeration."""
+    n = len(r)
+    share = np.zeros(n)
+    subsets = list(combinations(range(n), k))
+    # A_i = sum over subsets containing i of the subset's max, divided by C(n, k) ... minus nothing:
+    # the closed form counts for rank i: subsets where i is the max (C(i-1, k-1) r_i) plus subsets
+    # containing i whose max is a larger j (C(j-2, k-2) r_j).
+    for sub in subsets:
+        best = max(r[j] for j in sub)
+        for i in sub:
+            share[i] += best
+    return share / math.comb(n, k)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_max_at_k_matches_subset_enumeration(k):
+    rng = np.random.default_rng(k)
+    r = rng.random(6).round(3)
+    raw = max_at_k_reference(list(r), k)
+    expected = (raw - raw.mean()) / (raw.std(ddof=1) + 1e-6)
+    np.testing.assert_allclose(max_at_k_advantage(r, [0] * 6, k=k), expected, atol=1e-9)
+
+
+def test_max_at_k_hand_numbers_and_default_k():
+    # n = 4, k = 2 (default max(2, 4 // 2)). Sorted r = [0.1, 0.3, 0.5, 0.9], C(4,2) = 6:
+    # A_1 = (0*0.1 + 0.3 + 0.5 + 0.9) / 6 = 1.7/6; A_2 = (1*0.3 + 0.5 + 0.9)/6 = 1.7/6;
+    # A_3 = (2*0.5 + 0.9)/6 = 1.9/6; A_4 = 3*0.9/6 = 2.7/6.
+    r = [0.1, 0.5, 0.3, 0.9]
+    raw = np.array([1.7, 1.9, 1.7, 2.7]) / 6
+    expected = (raw - raw.mean()) / (raw.std(ddof=1) + 1e-6)
+    np.testing.assert_allclose(max_at_k_advantage(r, ["g"] * 4), expected, atol=1e-9)
+    with pytest.raises(ValueError, match="1 <= k <= n - 1"):
+        max_at_k_advantage(r, ["g"] * 4, k=4)
+
+
+def test_max_at_k_mixed_group_sizes_and_ties():
+    r = np.array([0.2, 0.2, 0.7, 0.4, 0.4, 0.4])
+    ids = ["a", "b", "a", "b", "a", "b"]
+    adv = max_at_k_advantage(r, ids, k=2)
+    a_raw = max_at_k_reference([0.2, 0.7, 0.4], 2)
+    np.testing.assert_allclose(adv[[0, 2, 4]], (a_raw - a_raw.mean()) / (a_raw.std(ddof=1) + 1e-6), atol=1e-9)
+    np.testing.assert_allclose(adv[[1, 3, 5]], 0.0, atol=1e-8)  # tied group: equal shares
+
+
+def test_scalarisations():
+    assert multi_rlvr_scalar([[1, 0, 1, 0], [0.5, 0.5, 0.5, 0.5]], [0.25] * 4) == pytest.approx(0.5 + 0.5)
+    assert multi_rlvr_scalar("[]", [0.25] * 4) == 0.0
+    assert weighted_scalar([1, 0, 0.5], [0.2, 0.3, 0.5]) == pytest.approx(0.45)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry and the method-facing entry point
+
+
+def test_registry_contents_and_refusal():
+    assert {"vpo", "vpo_single", "grpo", "maxrl", "gdpo", "max_at_k"} <= set(ESTIMATORS)
+    assert get_estimator("grpo") is grpo_advantage
+    assert register_estimator("grpo")(grpo_advantage) is grpo_advantage  # same function: no-op
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("grpo")(lambda *a, **k: None)
+    with pytest.raises(ValueError, match="registered: vpo"):
+        get_estimator("grpo_typo")
+    for method in METHODS.values():
+        assert method.estimator in ESTIMATORS
+
+
+def test_advantage_for_method_dispatch():
+    ids = ["a", "a", "b", "b"]
+    scores = [0.2, 0.8, 0.5, 0.5]
+    subs = [[[1, 0]], [[0, 1]], [[1, 1]], [[0, 0]]]
+    adv, diag = advantage_for_method("grpo", scores=scores, sub_scores=None, group_ids=ids, settings={"m": 3})
+    np.testing.assert_allclose(adv, grpo_advantage(scores, ids))
+    assert diag["advantage/zero_group_frac"] == 0.5
+    adv, _ = advantage_for_method("multi_rlvr", scores=scores, sub_scores=subs, group_ids=ids)
+    np.testing.assert_allclose(adv, grpo_advantage(scores, ids))
+    adv, _ = advantage_for_method("max_at_k", scores=[0.1, 0.5, 0.3, 0.9], sub_scores=None, group_ids=[0] * 4, settings={"k": 3})
+    np.testing.assert_allclose(adv, max_at_k_advantage([0.1, 0.5, 0.3, 0.9], [0] * 4, k=3))
+    adv, _ = advantage_for_method("maxrl", scores=scores, sub_scores=None, group_ids=ids)
+    np.testing.assert_allclose(adv, maxrl_advantage(scores, ids))
+    adv, _ = advantage_for_method("gdpo", scores=None, sub_scores=subs, group_ids=ids)
+    np.testing.assert_allclose(adv, gdpo_advantage(np.array([[1, 0], [0, 1], [1, 1], [0, 0]]), ids))
+    adv, diag = advantage_for_method(
+        "vpo", scores=None, sub_scores=subs, group_ids=ids, settings={"alpha": 1.0, "sampler": "sobol", "n_weights": 16, "m": 3}, rng=4
+    )
+    ref, _ = vpo_advantage(subs, ids, alpha=1.0, sampler="sobol", n_weights=16, rng=4)
+    np.testing.assert_allclose(adv, ref)
+    assert diag["vpo/sampler_code"] == 1.0
+    adv, _ = advantage_for_method("vpo_single", scores=None, sub_scores=[[1, 0], [0, 1], [1, 1], [0, 0]], group_ids=ids, rng=4)
+    assert adv.shape == (4,)
+    with pytest.raises(ValueError, match="needs sub_scores"):
+        advantage_for_method("vpo", scores=scores, sub_scores=None, group_ids=ids)
+    with pytest.raises(ValueError, match="unknown method"):
+        advantage_for_method("vpoo", scores=scores, sub_scores=None, group_ids=ids)
+
+
+def test_group_ids_as_numpy_object_array():
+    ids = np.array(["u1", "u2", "u1", "u2"], dtype=object)
+    np.testing.assert_allclose(grpo_advantage([1, 2, 3, 5], ids), grpo_advantage([1, 2, 3, 5], list(ids)))
