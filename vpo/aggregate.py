@@ -1,0 +1,203 @@
+"""Seeds to mean and standard error: every cell's evaluation and training logs into two tables.
+
+Evaluation (`vpo aggregate evals`): each `evalseed{e}.json` (INTERFACES: pass_at_k, best_at_k,
+best_at_k_perm as lists over k = 1..budget, plus scalar pool metrics) becomes rows of
+`per_seed.csv` after averaging its evaluation seeds inside its training seed, and rows of
+`summary.csv` after taking the mean and standard error over training seeds:
+
+    per_seed.csv  task, method, train_seed, metric, k, value, n_eval_seeds
+    summary.csv   task, method, metric, k, mean, stderr, n_seeds
+
+`k` is the number of candidates for curve metrics and empty for scalar metrics. The standard error
+is the sample standard deviation (ddof=1) over training seeds divided by sqrt(n); with one seed it
+is empty (NaN), never zero.
+
+Training (`vpo aggregate training`): each cell's `metrics.jsonl`, next to its `train.json`
+marker, becomes rows `task, method, seed, step, pool_diversity` of one CSV. Both line formats are
+read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veRL's file logger's
+`{"step": 3, "data": {"...pool_diversity": 0.4, ...}}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
+SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
+REQUIRED_KEYS = ("task", "method", "train_seed", "eval_seed", "budget") + CURVE_METRICS + SCALAR_METRICS
+DIVERSITY_KEY = "pool_diversity"
+
+
+# ---- evaluation results -----------------------------------------------------------------------
+def read_eval_json(path: str | os.PathLike) -> list[dict]:
+    """One evalseed{e}.json -> long rows (task, method, train_seed, eval_seed, metric, k, value)."""
+    with open(path) as fh:
+        result = json.load(fh)
+    missing = [key for key in REQUIRED_KEYS if key not in result]
+    if missing:
+        raise ValueError(f"{path}: missing keys {missing}; rerun `vpo eval` for this cell")
+    ids = {key: result[key] for key in ("task", "method", "train_seed", "eval_seed")}
+    budget = int(result["budget"])
+    rows = []
+    for metric in CURVE_METRICS:
+        curve = result[metric]
+        if len(curve) != budget:
+            raise ValueError(f"{path}: {metric} has {len(curve)} values, expected budget={budget} (k = 1..budget)")
+        rows += [dict(ids, metric=metric, k=k, value=float(v)) for k, v in enumerate(curve, start=1)]
+    scalars = {name: result[name] for name in SCALAR_METRICS}
+    scalars.update({f"objective/{name}": v for name, v in result.get("objective_means", {}).items()})
+    rows += [dict(ids, metric=name, k=np.nan, value=float(v)) for name, v in scalars.items()]
+    return rows
+
+
+def average_eval_seeds(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean over evaluation seeds inside each (task, method, train_seed, metric, k).
+
+    rows: columns task, method, train_seed, eval_seed, metric, k, value (k NaN for scalars).
+    Returns task, method, train_seed, metric, k, value, n_eval_seeds.
+    """
+    dup = rows.duplicated(["task", "method", "train_seed", "eval_seed", "metric", "k"])
+    if dup.any():
+        first = rows[dup].iloc[0]
+        raise ValueError(
+            f"two results for task={first.task} method={first.method} train_seed={first.train_seed} "
+            f"eval_seed={first.eval_seed}; each evaluation seed must appear once"
+        )
+    keys = ["task", "method", "train_seed", "metric", "k"]
+    grouped = rows.groupby(keys, dropna=False, sort=True)["value"]
+    out = grouped.mean().to_frame("value")
+    out["n_eval_seeds"] = grouped.size()
+    return out.reset_index()
+
+
+def mean_and_stderr(values: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error (ddof=1 std / sqrt(n)); stderr is NaN for fewer than two values."""
+    values = np.asarray(values, dtype=float)
+    mean = float(values.mean())
+    stderr = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+    return mean, stderr
+
+
+def summarise_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard error over training seeds.
+
+    per_seed: task, method, train_seed, metric, k, value. Returns task, method, metric, k, mean,
+    stderr, n_seeds.
+    """
+    records = []
+    for (task, method, metric, k), group in per_seed.groupby(["task", "method", "metric", "k"], dropna=False, sort=True):
+        mean, stderr = mean_and_stderr(group["value"].to_numpy())
+        records.append(dict(task=task, method=method, metric=metric, k=k, mean=mean, stderr=stderr,
+                            n_seeds=group["train_seed"].nunique()))
+    return pd.DataFrame.from_records(records, columns=["task", "method", "metric", "k", "mean", "stderr", "n_seeds"])
+
+
+def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Eval JSON files -> (per_seed, summary) tables as described in the module docstring."""
+    rows = [row for path in paths for row in read_eval_json(path)]
+    if not rows:
+        raise ValueError("no evaluation results given")
+    per_seed = average_eval_seeds(pd.DataFrame.from_records(rows))
+    return per_seed, summarise_seeds(per_seed)
+
+
+# ---- training curves --------------------------------------------------------------------------
+def parse_metrics_line(record: dict) -> tuple[int, float] | None:
+    """(step, pool diversity) of one metrics.jsonl object in either format; None if not logged."""
+    metrics = record.get("data") if isinstance(record.get("data"), dict) else record
+    if "step" not in record:
+        return None
+    for key, value in metrics.items():
+        if (key == DIVERSITY_KEY or key.endswith("/" + DIVERSITY_KEY)) and value is not None:
+            return int(record["step"]), float(value)
+    return None
+
+
+def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float]]:
+    """All (step, pool_diversity) pairs of a metrics.jsonl; a cut-off last line is ignored."""
+    lines = Path(path).read_text().splitlines()
+    points = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):  # a killed trainer may leave half a line at the end
+                break
+            raise ValueError(f"{path}:{number}: not a JSON object") from None
+        point = parse_metrics_line(record)
+        if point is not None:
+            points.append(point)
+    return points
+
+
+def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """train.json markers -> task, method, seed, step, pool_diversity from each metrics.jsonl."""
+    records = []
+    for marker in markers:
+        marker = Path(marker)
+        with open(marker) as fh:
+            info = json.load(fh)
+        metrics_path = marker.with_name("metrics.jsonl")
+        if not metrics_path.exists():
+            raise FileNotFoundError(f"{metrics_path} is missing; the trainer writes it next to {marker.name}")
+        points = read_metrics_jsonl(metrics_path)
+        if not points:
+            raise ValueError(f"{metrics_path} has no '{DIVERSITY_KEY}' values; the trainer must log it per step")
+        records += [dict(task=info["task"], method=info["method"], seed=int(info["seed"]), step=step,
+                         pool_diversity=value) for step, value in points]
+    return pd.DataFrame.from_records(records, columns=["task", "method", "seed", "step", "pool_diversity"])
+
+
+def training_curve_stats(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per task, method and step: mean and standard error of pool_diversity over seeds."""
+    records = []
+    for (task, method, step), group in curves.groupby(["task", "method", "step"], sort=True):
+        mean, stderr = mean_and_stderr(group["pool_diversity"].to_numpy())
+        records.append(dict(task=task, method=method, step=step, mean=mean, stderr=stderr, n_seeds=len(group)))
+    return pd.DataFrame.from_records(records, columns=["task", "method", "step", "mean", "stderr", "n_seeds"])
+
+
+# ---- writing ------------------------------------------------------------------------------------
+def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Write to a temporary name, then rename: a killed job leaves no complete-looking file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if "k" in frame.columns:  # integers, empty for scalar metrics (not 1.0, 2.0, ...)
+        frame = frame.assign(k=frame["k"].astype("Int64"))
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="what", required=True)
+    evals = sub.add_parser("evals", help="eval JSONs -> per_seed.csv and summary.csv")
+    evals.add_argument("--out-dir", required=True, help="directory for per_seed.csv and summary.csv")
+    evals.add_argument("files", nargs="+", help="evalseed{e}.json files of every cell")
+    training = sub.add_parser("training", help="train.json markers -> training curves CSV")
+    training.add_argument("--out", required=True, help="CSV to write (task, method, seed, step, pool_diversity)")
+    training.add_argument("markers", nargs="+", help="train.json of each cell; metrics.jsonl is read next to it")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.what == "evals":
+        per_seed, summary = aggregate_evals(args.files)
+        write_csv(per_seed, Path(args.out_dir) / "per_seed.csv")
+        write_csv(summary, Path(args.out_dir) / "summary.csv")
+        print(f"aggregated {len(args.files)} eval results into {len(summary)} summary rows", file=sys.stderr)
+    else:
+        curves = aggregate_training(args.markers)
+        write_csv(curves, args.out)
+        print(f"collected {len(curves)} training points from {len(args.markers)} cells", file=sys.stderr)
+    return 0

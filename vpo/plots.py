@@ -1,0 +1,149 @@
+"""Paper figures from the aggregated tables; one PDF per figure, named after what it shows.
+
+`vpo plot curve --metric pass_at_k|best_at_k`: one panel per task, one line per method, x = number
+of candidates k, line = mean over training seeds, band = ± one standard error.
+`vpo plot diversity`: one panel per task, pool diversity against training step for the chosen
+methods (paper Fig. 4), mean and standard-error band over training seeds.
+A method's colour is fixed across figures (its position in the method table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vpo.aggregate import training_curve_stats
+from vpo.tables import method_label, task_label
+
+METHOD_ORDER = ["grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"]
+METRIC_LABELS = {"pass_at_k": "pass@k", "best_at_k": "best@k (task scalar)", "best_at_k_perm": "best@k (one permutation)"}
+
+
+def method_color(method: str) -> str:
+    """tab10 colour by the method's place in the method table; VPO is always blue as in the paper."""
+    palette = ["#7f7f7f", "#8c564b", "#9467bd", "#ff7f0e", "#2ca02c", "#1f77b4", "#17becf", "#d62728", "#e377c2"]
+    index = METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
+    return palette[index % len(palette)]
+
+
+def panel_grid(n_panels: int):
+    """A figure with one axis per panel: a single row up to three panels, else rows of three."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = min(n_panels, 3)
+    nrows = math.ceil(n_panels / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows + 0.6), squeeze=False)
+    for ax in axes.flat[n_panels:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n_panels])
+
+
+def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None) -> None:
+    """Mean line plus a ±1 standard-error band where the standard error is defined (>= 2 seeds)."""
+    color = method_color(method)
+    ax.plot(x, mean, color=color, label=method_label(method), lw=1.8, marker=marker, ms=3)
+    stderr = np.asarray(stderr, dtype=float)
+    if np.isfinite(stderr).any():
+        ax.fill_between(x, mean - stderr, mean + stderr, color=color, alpha=0.2, lw=0)
+
+
+def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) -> None:
+    """Shared legend below the panels, a suptitle with the seed count; save via a temporary name."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), frameon=False)
+    seeds = "/".join(str(n) for n in sorted(n_seeds))
+    band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
+    fig.suptitle(f"{title} (mean over {seeds} training seeds; {band})", fontsize=11)
+    rows = math.ceil(len(axes) / 3)
+    fig.tight_layout(rect=(0, 0.1 / rows + 0.02, 1, 1))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
+    fig.savefig(tmp)
+    os.replace(tmp, out)
+
+
+def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out):
+    """pass@k or best@k against k: one panel per task, every method (all must be present).
+
+    Saves the figure to out and returns it (the caller closes it).
+    """
+    fig, axes = panel_grid(len(tasks))
+    n_seeds = set()
+    for ax, task in zip(axes, tasks):
+        for method in methods:
+            rows = summary[(summary.task == task) & (summary.method == method) & (summary.metric == metric)]
+            if rows.empty:
+                raise ValueError(f"summary has no {metric} for task={task} method={method}; was the cell evaluated?")
+            rows = rows.sort_values("k")
+            n_seeds.add(int(rows.n_seeds.min()))
+            draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
+                      marker="o" if len(rows) <= 12 else None)
+        ax.set_title(task_label(task))
+        ax.set_xlabel("candidates k")
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
+           n_seeds=n_seeds)
+    return fig
+
+
+def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], out):
+    """Pool diversity against training step: one panel per task, mean and band over seeds.
+
+    Saves the figure to out and returns it (the caller closes it).
+    """
+    stats = training_curve_stats(curves)
+    fig, axes = panel_grid(len(tasks))
+    n_seeds = set()
+    for ax, task in zip(axes, tasks):
+        for method in methods:
+            rows = stats[(stats.task == task) & (stats.method == method)].sort_values("step")
+            if rows.empty:
+                raise ValueError(f"no training curve for task={task} method={method}; is pool_diversity logged?")
+            n_seeds.add(int(rows.n_seeds.max()))
+            draw_band(ax, rows.step.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method)
+        ax.set_title(task_label(task))
+        ax.set_xlabel("training step")
+        ax.set_ylabel("pool diversity (pairwise L1)")
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds)
+    return fig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="figure", required=True)
+    curve = sub.add_parser("curve", help="pass@k or best@k against k (from summary.csv)")
+    curve.add_argument("--metric", required=True, choices=sorted(METRIC_LABELS))
+    curve.add_argument("--summary", required=True, help="results/aggregate/summary.csv")
+    diversity = sub.add_parser("diversity", help="pool diversity over training (from training_curves.csv)")
+    diversity.add_argument("--training", required=True, help="results/aggregate/training_curves.csv")
+    for p in (curve, diversity):
+        p.add_argument("--methods", required=True, help="comma-separated methods (legend order)")
+        p.add_argument("--tasks", required=True, help="comma-separated tasks (panel order)")
+        p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import matplotlib.pyplot as plt
+
+    methods, tasks = args.methods.split(","), args.tasks.split(",")
+    if args.figure == "curve":
+        fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out)
+    else:
+        fig = plot_diversity(pd.read_csv(args.training), methods, tasks, args.out)
+    plt.close(fig)
+    return 0

@@ -1,0 +1,173 @@
+"""Paper tables from results/aggregate/summary.csv, each written as CSV, Markdown and LaTeX.
+
+`vpo table main`: best@K (K = report.best_at, 30 in the paper) and eval-pool diversity per method
+and task, mean ± standard error over training seeds; the best best@K of each task in bold.
+`vpo table curve`: one task's best@k or pass@k curve, methods x landmark k.
+The CSV holds the numbers (mean and stderr columns); Markdown and LaTeX hold the formatted cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+METHOD_LABELS = {
+    "grpo": "GRPO", "gdpo": "GDPO", "maxrl": "MaxRL", "max_at_k": "Max-at-K", "multi_rlvr": "Multi-RLVR",
+    "vpo": "VPO", "vpo_single": "VPO (m=1)", "goal_cond": "Goal-cond. GRPO", "random_weight": "Random-weight GRPO",
+}
+TASK_LABELS = {"maze": "Maze", "musique": "MuSiQue", "eureqa": "EUREQA", "tool": "ToolRL", "lcb": "LiveCodeBench"}
+LANDMARKS = (1, 2, 3, 5, 10, 15, 20, 25, 30)
+
+
+def method_label(name: str) -> str:
+    return METHOD_LABELS.get(name, name)
+
+
+def task_label(name: str) -> str:
+    return TASK_LABELS.get(name, name)
+
+
+def format_cell(mean: float, stderr: float, *, latex: bool = False, bold: bool = False) -> str:
+    """0.5931, 0.0123 -> '0.593 ± 0.012'; a NaN stderr (one seed) shows the mean alone."""
+    pm = r" \pm " if latex else " ± "
+    text = f"{mean:.3f}" if math.isnan(stderr) else f"{mean:.3f}{pm}{stderr:.3f}"
+    if latex:
+        text = rf"\mathbf{{{text}}}" if bold else text
+        return f"${text}$"
+    return f"**{text}**" if bold else text
+
+
+def lookup(summary: pd.DataFrame, task: str, method: str, metric: str, k: int | None = None) -> pd.Series:
+    """The one summary row of (task, method, metric[, k]); a clear error if the cell is missing."""
+    rows = summary[(summary.task == task) & (summary.method == method) & (summary.metric == metric)]
+    rows = rows[rows.k.isna()] if k is None else rows[rows.k == k]
+    if len(rows) != 1:
+        at = f" at k={k}" if k is not None else ""
+        raise ValueError(f"summary has {len(rows)} rows for task={task} method={method} metric={metric}{at}; "
+                         "was every cell evaluated (and with a budget that reaches this k)?")
+    return rows.iloc[0]
+
+
+def main_table(summary: pd.DataFrame, methods: list[str], tasks: list[str], best_at: int) -> pd.DataFrame:
+    """One row per method: for each task best@K and diversity (mean, stderr) and the seed count."""
+    records = []
+    for method in methods:
+        record = {"method": method}
+        for task in tasks:
+            best = lookup(summary, task, method, "best_at_k", best_at)
+            diversity = lookup(summary, task, method, "diversity")
+            record.update({
+                f"{task}_best_at_{best_at}_mean": best["mean"], f"{task}_best_at_{best_at}_stderr": best["stderr"],
+                f"{task}_diversity_mean": diversity["mean"], f"{task}_diversity_stderr": diversity["stderr"],
+                f"{task}_n_seeds": int(best["n_seeds"]),
+            })
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def curve_table(summary: pd.DataFrame, methods: list[str], task: str, metric: str) -> pd.DataFrame:
+    """Long table method, k, mean, stderr, n_seeds of one task's curve (every k evaluated)."""
+    rows = summary[(summary.task == task) & (summary.metric == metric) & summary.method.isin(methods)]
+    missing = sorted(set(methods) - set(rows.method))
+    if missing:
+        raise ValueError(f"summary has no {metric} for task={task} and methods {missing}")
+    order = {m: i for i, m in enumerate(methods)}
+    rows = rows.assign(_order=rows.method.map(order), k=rows.k.astype(int)).sort_values(["_order", "k"])
+    return rows[["method", "k", "mean", "stderr", "n_seeds"]].reset_index(drop=True)
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+def render(header: list[str], rows: list[list[str]], *, latex: bool, caption: str) -> str:
+    if not latex:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return f"{caption}\n\n" + "\n".join(lines) + "\n"
+    body = [" & ".join(header) + r" \\", r"\midrule"] + [" & ".join(row) + r" \\" for row in rows]
+    return "\n".join([r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
+                      r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule", *body,
+                      r"\bottomrule", r"\end{tabular}", r"\end{table}"]) + "\n"
+
+
+def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: bool) -> str:
+    best_col = {t: f"{t}_best_at_{best_at}_mean" for t in tasks}
+    winners = {t: table[best_col[t]].max() for t in tasks}
+    header = ["Method"] + [f"{task_label(t)} best@{best_at}" for t in tasks] + [f"{task_label(t)} diversity" for t in tasks]
+    rows = []
+    for _, row in table.iterrows():
+        cells = [method_label(row["method"])]
+        cells += [format_cell(row[best_col[t]], row[f"{t}_best_at_{best_at}_stderr"], latex=latex,
+                              bold=row[best_col[t]] == winners[t]) for t in tasks]
+        cells += [format_cell(row[f"{t}_diversity_mean"], row[f"{t}_diversity_stderr"], latex=latex) for t in tasks]
+        rows.append(cells)
+    seeds = sorted({int(table[f"{t}_n_seeds"].min()) for t in tasks})
+    caption = (f"best@{best_at} on the task scalar and reward-space diversity of the evaluation pool "
+               f"(mean pairwise L1), mean ± standard error over {'/'.join(map(str, seeds))} training seeds.")
+    return render(header, rows, latex=latex, caption=caption)
+
+
+def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool) -> str:
+    budget = int(table.k.max())
+    ks = [k for k in LANDMARKS if k < budget] + [budget]
+    name = {"best_at_k": "best@k", "pass_at_k": "pass@k"}.get(metric, metric)
+    header = ["Method"] + [f"k={k}" for k in ks]
+    rows = []
+    for method, group in table.groupby("method", sort=False):
+        by_k = group.set_index("k")
+        rows.append([method_label(method)] + [format_cell(by_k.at[k, "mean"], by_k.at[k, "stderr"], latex=latex) for k in ks])
+    caption = f"{task_label(task)}: {name} by number of candidates k, mean ± standard error over training seeds."
+    return render(header, rows, latex=latex, caption=caption)
+
+
+def write_text(text: str, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_outputs(frame: pd.DataFrame, md: str, tex: str, outputs: list[str]) -> None:
+    for path in outputs:
+        suffix = Path(path).suffix
+        if suffix == ".csv":
+            write_text(frame.to_csv(index=False), path)
+        elif suffix == ".md":
+            write_text(md, path)
+        elif suffix == ".tex":
+            write_text(tex, path)
+        else:
+            raise ValueError(f"{path}: unknown table format {suffix!r}; use .csv, .md or .tex")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="table", required=True)
+    main = sub.add_parser("main", help="best@K and diversity per method and task")
+    main.add_argument("--best-at", type=int, default=30, help="K of the best@K column")
+    main.add_argument("--tasks", required=True, help="comma-separated tasks (column order)")
+    curve = sub.add_parser("curve", help="one task's best@k or pass@k curve")
+    curve.add_argument("--metric", required=True, choices=["best_at_k", "pass_at_k", "best_at_k_perm"])
+    curve.add_argument("--task", required=True)
+    for p in (main, curve):
+        p.add_argument("--summary", required=True, help="results/aggregate/summary.csv")
+        p.add_argument("--methods", required=True, help="comma-separated methods (row order)")
+        p.add_argument("--out", nargs="+", required=True, help="output files: .csv, .md and/or .tex")
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = pd.read_csv(args.summary)
+    methods = args.methods.split(",")
+    if args.table == "main":
+        tasks = args.tasks.split(",")
+        table = main_table(summary, methods, tasks, args.best_at)
+        md = render_main(table, tasks, args.best_at, latex=False)
+        tex = render_main(table, tasks, args.best_at, latex=True)
+    else:
+        table = curve_table(summary, methods, args.task, args.metric)
+        md = render_curve(table, args.task, args.metric, latex=False)
+        tex = render_curve(table, args.task, args.metric, latex=True)
+    write_outputs(table, md, tex, args.out)
+    return 0
