@@ -1,0 +1,119 @@
+"""Figures and tables drawn from aggregated results: panels, lines, bands, labels, formatting."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+
+from vpo.aggregate import aggregate_evals, aggregate_training
+from vpo.plots import plot_curves, plot_diversity
+from vpo.tables import curve_table, format_cell, main_table, render_curve, render_main
+
+METHODS = ["grpo", "multi_rlvr", "vpo"]
+TASKS = ["maze", "tool"]
+
+
+def eval_json(path, task, method, seed, best):
+    path.write_text(json.dumps({
+        "task": task, "method": method, "train_seed": seed, "eval_seed": 0, "budget": len(best), "n_problems": 2,
+        "pass_at_k": [min(1.0, b) for b in best], "best_at_k": best, "best_at_k_perm": best,
+        "expected_best_of_m": best[-1], "diversity": 0.1 * (seed + 1), "parse_failure_rate": 0.0,
+        "objective_means": {},
+    }))
+    return path
+
+
+def summary_for(tmp_path, seeds):
+    paths = []
+    for t, task in enumerate(TASKS):
+        for m, method in enumerate(METHODS):
+            for seed in seeds:
+                base = 0.1 * (m + 1) + 0.05 * seed + 0.01 * t
+                best = [round(base + 0.02 * k, 4) for k in range(6)]
+                paths.append(eval_json(tmp_path / f"{task}_{method}_{seed}.json", task, method, seed, best))
+    return aggregate_evals(paths)[1]
+
+
+def test_curve_figure_has_a_panel_per_task_and_a_band_per_method(tmp_path):
+    out = tmp_path / "figures" / "best_at_k.pdf"
+    fig = plot_curves(summary_for(tmp_path, [0, 1, 2]), "best_at_k", METHODS, TASKS, out)
+    assert out.read_bytes()[:4] == b"%PDF"
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["Maze", "ToolRL"]
+    for ax in axes:
+        assert ax.get_xlabel() == "candidates k" and ax.get_ylabel().startswith("best@k")
+        assert [line.get_label() for line in ax.get_lines()] == ["GRPO", "Multi-RLVR", "VPO"]
+        assert sum(isinstance(c, PolyCollection) for c in ax.collections) == len(METHODS)
+        assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5, 6]
+    # the VPO line of the maze panel is the seed mean: base 0.3 + 0.05 * mean seed (1) + 0.02 (k - 1)
+    assert list(axes[0].get_lines()[2].get_ydata()) == pytest.approx([0.35 + 0.02 * k for k in range(6)])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["GRPO", "Multi-RLVR", "VPO"]
+
+
+def test_one_seed_draws_no_band(tmp_path):
+    fig = plot_curves(summary_for(tmp_path, [0]), "pass_at_k", METHODS, TASKS, tmp_path / "p.pdf")
+    assert not any(isinstance(c, PolyCollection) for ax in fig.axes for c in ax.collections)
+    assert "no error band" in fig._suptitle.get_text()
+
+
+def test_missing_method_is_an_error_not_a_gap(tmp_path):
+    with pytest.raises(ValueError, match="method=gdpo"):
+        plot_curves(summary_for(tmp_path, [0]), "best_at_k", METHODS + ["gdpo"], TASKS, tmp_path / "x.pdf")
+    assert not (tmp_path / "x.pdf").exists()
+
+
+def test_diversity_figure_from_both_log_formats(tmp_path):
+    markers = []
+    for seed, fmt in [(0, "local"), (1, "verl")]:
+        for method in METHODS:
+            cell = tmp_path / "maze" / method / f"seed{seed}"
+            cell.mkdir(parents=True)
+            (cell / "train.json").write_text(json.dumps({"task": "maze", "method": method, "seed": seed}))
+            lines = []
+            for step in range(1, 5):
+                value = 0.1 * step * (METHODS.index(method) + 1) + 0.01 * seed
+                record = ({"step": step, "pool_diversity": value} if fmt == "local"
+                          else {"step": step, "data": {"vpo/pool_diversity": value}})
+                lines.append(json.dumps(record) + "\n")
+            (cell / "metrics.jsonl").write_text("".join(lines))
+            markers.append(cell / "train.json")
+    out = tmp_path / "diversity_over_training.pdf"
+    fig = plot_diversity(aggregate_training(markers), METHODS, ["maze"], out)
+    assert out.exists()
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "pool diversity (pairwise L1)"
+    vpo_line = ax.get_lines()[2]
+    assert list(vpo_line.get_xdata()) == [1, 2, 3, 4]
+    assert list(vpo_line.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in range(1, 5)])
+    assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 3
+
+
+def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):
+    summary = summary_for(tmp_path, [0, 1, 2])
+    table = main_table(summary, METHODS, TASKS, best_at=6)
+    vpo = table[table.method == "vpo"].iloc[0]
+    # VPO on maze at k=6: seeds 0.40, 0.45, 0.50 -> mean 0.45, stderr 0.05 / sqrt(3) = 0.0288675
+    assert vpo["maze_best_at_6_mean"] == pytest.approx(0.45)
+    assert vpo["maze_best_at_6_stderr"] == pytest.approx(0.0288675, abs=1e-6)
+    md = render_main(table, TASKS, 6, latex=False)
+    assert "| VPO | **0.450 ± 0.029** |" in md
+    tex = render_main(table, TASKS, 6, latex=True)
+    assert r"$\mathbf{0.450 \pm 0.029}$" in tex and r"\toprule" in tex
+    with pytest.raises(ValueError, match="k=30"):
+        main_table(summary, METHODS, TASKS, best_at=30)
+
+
+def test_curve_table_landmarks_end_at_the_budget(tmp_path):
+    summary = summary_for(tmp_path, [0, 1])
+    table = curve_table(summary, METHODS, "maze", "best_at_k")
+    assert len(table) == len(METHODS) * 6 and table.method.tolist()[:6] == ["grpo"] * 6
+    md = render_curve(table, "maze", "best_at_k", latex=False)
+    assert md.splitlines()[2] == "| Method | k=1 | k=2 | k=3 | k=5 | k=6 |"
+
+
+def test_format_cell():
+    assert format_cell(0.59312, 0.01234) == "0.593 ± 0.012"
+    assert format_cell(0.5, math.nan) == "0.500"
+    assert format_cell(0.5, 0.1, latex=True) == r"$0.500 \pm 0.100$"
