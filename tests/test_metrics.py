@@ -1,0 +1,138 @@
+"""Search metrics against enumeration, combinatorial formulas and hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vpo.metrics import (
+    best_at_k,
+    best_at_k_curve,
+    best_at_k_permutation,
+    best_at_k_permutation_curve,
+    diversity,
+    expected_best_of_m,
+    expected_best_of_m_per_chain,
+    group_pool_diversity,
+    pareto_fraction,
+    pass_at_k,
+    pass_at_k_curve,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 25), data=st.data())
+def test_pass_at_k_equals_combinatorial_formula(n, data):
+    c = data.draw(st.integers(0, n))
+    k = data.draw(st.integers(1, n))
+    expected = 1 - math.comb(n - c, k) / math.comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_edges():
+    assert pass_at_k(10, 0, 3) == 0.0
+    assert pass_at_k(10, 10, 1) == 1.0
+    assert pass_at_k(5, 1, 1) == pytest.approx(0.2)
+    assert pass_at_k(4, 1, 9) == 1.0  # k > n: the whole pool
+    assert pass_at_k(4, 0, 9) == 0.0
+    assert pass_at_k(0, 0, 1) == 0.0  # empty pool
+    assert pass_at_k_curve(4, 2, 3) == pytest.approx([0.5, 1 - 1 / 6, 1.0])
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 0)
+
+
+def enumerate_best_at_k(scores, k):
+    subsets = list(combinations(scores, k))
+    return sum(max(s) for s in subsets) / len(subsets)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scores=st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=9), data=st.data())
+def test_best_at_k_equals_subset_enumeration(scores, data):
+    k = data.draw(st.integers(1, len(scores)))
+    assert best_at_k(scores, k) == pytest.approx(enumerate_best_at_k(scores, k), abs=1e-9)
+
+
+def test_best_at_k_hand_numbers_and_edges():
+    # {0, 0.5, 1}, k = 2: subsets max 0.5, 1, 1 -> 2.5 / 3
+    assert best_at_k([1.0, 0.0, 0.5], 2) == pytest.approx(2.5 / 3)
+    assert best_at_k([1.0, 0.0, 0.5], 1) == pytest.approx(0.5)  # the mean
+    assert best_at_k([1.0, 0.0, 0.5], 7) == 1.0  # k > n: the pool max
+    assert best_at_k([], 3) == 0.0
+    assert best_at_k_curve([1.0, 0.0, 0.5], 4) == pytest.approx([0.5, 2.5 / 3, 1.0, 1.0])
+    # large pools stay finite and exact enough: 30 candidates, k = 15
+    r = np.linspace(0, 1, 30)
+    assert best_at_k(r, 15) == pytest.approx(enumerate_best_at_k_sorted_formula(r, 15), rel=1e-12)
+    with pytest.raises(ValueError, match="NaN"):
+        best_at_k([0.1, float("nan")], 1)
+
+
+def enumerate_best_at_k_sorted_formula(r, k):
+    r = sorted(r)
+    n = len(r)
+    return sum(math.comb(i - 1, k - 1) * r[i - 1] for i in range(k, n + 1)) / math.comb(n, k)
+
+
+def test_best_at_k_permutation():
+    scores = [0.1, 0.9, 0.4, 0.3]
+    curve = best_at_k_permutation_curve(scores, 6, rng=0)
+    perm = np.random.default_rng(0).permutation(4)
+    running = np.maximum.accumulate(np.array(scores)[perm])
+    assert curve == pytest.approx(list(running) + [0.9, 0.9])
+    assert best_at_k_permutation(scores, 2, rng=0) == pytest.approx(running[1])
+    assert best_at_k_permutation([], 3) == 0.0
+    # averaged over many permutations it converges to the exact estimator
+    mean = np.mean([best_at_k_permutation(scores, 2, rng=s) for s in range(4000)])
+    assert mean == pytest.approx(best_at_k(scores, 2), abs=0.01)
+
+
+def test_expected_best_of_m_hand_numbers():
+    pool = [[1.0, 0.0], [0.0, 1.0], [0.4, 0.4]]
+    w = [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]
+    # per weight: max(1, 0, .4)=1; max(.5, .5, .4)=.5; max(0, 1, .4)=1 -> 2.5/3
+    assert expected_best_of_m(pool, w) == pytest.approx(2.5 / 3)
+    assert expected_best_of_m([0.2, 0.6], w) == pytest.approx((0.2 + 0.4 + 0.6) / 3)  # pool of one
+    assert expected_best_of_m([], w) == 0.0
+    chains = [pool[:2], [pool[2]]]
+    np.testing.assert_allclose(expected_best_of_m_per_chain(chains, w), [2.5 / 3, 0.4])
+    with pytest.raises(ValueError, match=r"\(W, 2\)"):
+        expected_best_of_m(pool, [[1.0, 0.0, 0.0]])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.floats(0, 1), min_size=3, max_size=3), min_size=0, max_size=8))
+def test_diversity_equals_pairwise_loop(vectors):
+    n = len(vectors)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    expected = sum(sum(abs(a - b) for a, b in zip(vectors[i], vectors[j])) for i, j in pairs) / len(pairs) if pairs else 0.0
+    assert diversity(vectors) == pytest.approx(expected, abs=1e-12)
+
+
+def test_diversity_hand_numbers():
+    # three vectors: d(a,b)=2, d(a,c)=1, d(b,c)=1 -> 4/3
+    assert diversity([[1, 0], [0, 1], [0.5, 0.5]]) == pytest.approx(4 / 3)
+    assert diversity([[1, 0]]) == 0.0
+    assert diversity([]) == 0.0
+
+
+def test_pareto_fraction():
+    # (1,0) and (0,1) are incomparable; (0.4,0.4) is not dominated by either; (0.2,0.2) is.
+    assert pareto_fraction([[1, 0], [0, 1], [0.4, 0.4], [0.2, 0.2]]) == pytest.approx(0.75)
+    assert pareto_fraction([[0.5, 0.5], [0.5, 0.5]]) == 1.0  # equal vectors do not dominate
+    assert pareto_fraction([[0.5, 0.5], [0.5, 0.6]]) == 0.5
+    assert pareto_fraction([]) == 0.0
+
+
+def test_group_pool_diversity():
+    subs = [[[1, 0]], [[0, 1], [1, 0]], None, [[0.5, 0.5, 0.5]], "[[0.5, 0.5, 0.5]]"]
+    ids = ["a", "a", "a", "b", "b"]
+    # group a pool: (1,0), (0,1), (1,0): distances 2, 0, 2 -> 4/3; group b: identical -> 0
+    assert group_pool_diversity(subs, ids) == pytest.approx((4 / 3 + 0) / 2)
+    assert group_pool_diversity([], []) == 0.0

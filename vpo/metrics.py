@@ -1,0 +1,185 @@
+"""Search metrics of a candidate pool: pass@k, best@k, E_w[best-of-m], reward-space diversity, Pareto fraction.
+
+A pool is the set of candidate solutions sampled for one problem (k counts candidates, not
+generations: one multi-answer chain with m = 3 contributes 3). Every function is defined for
+the edge cases evaluation meets:
+- k > n (budget larger than the pool): the metric of the whole pool (pass@n, best@n);
+- an empty pool: 0.0 (no candidate, nothing solved, no diversity).
+Everything returns plain Python floats (curves: lists of floats).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def _check_k(k: int) -> int:
+    if int(k) != k or k < 1:
+        raise ValueError(f"k (number of candidates) must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def _scores(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    x = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("scores contain NaN or inf; score unparseable candidates as 0 before computing metrics")
+    return x
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k: 1 - C(n - c, k) / C(n, k) for n candidates of which c are correct.
+
+    Computed as 1 - prod_{i = n-c+1..n} (1 - k / i). k > n gives pass@n (1 if c > 0);
+    n = 0 gives 0.
+    """
+    k = _check_k(k)
+    if int(n) != n or int(c) != c or n < 0 or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k needs integers 0 <= c <= n, got n={n!r}, c={c!r}")
+    if c == 0:
+        return 0.0
+    if n - c < k:
+        return 1.0
+    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    return float(1.0 - np.prod(1.0 - k / i))
+
+
+def pass_at_k_curve(n: int, c: int, max_k: int) -> list[float]:
+    """[pass@1, ..., pass@max_k] for one pool."""
+    return [pass_at_k(n, c, k) for k in range(1, _check_k(max_k) + 1)]
+
+
+def _best_at_k_sorted(ascending: np.ndarray, k: int) -> float:
+    n = len(ascending)
+    if n == 0:
+        return 0.0
+    k = min(k, n)
+    from scipy.special import gammaln
+
+    # P(the i-th smallest is the max of a random k-subset) = C(i-1, k-1) / C(n, k), i = k..n
+    i = np.arange(k, n + 1, dtype=np.float64)
+    log_num = gammaln(i) - gammaln(k) - gammaln(i - k + 1)
+    log_den = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+    return float(np.dot(np.exp(log_num - log_den), ascending[k - 1 :]))
+
+
+def best_at_k(scores: Sequence[float] | np.ndarray, k: int) -> float:
+    """Exact E[max of a uniformly random k-subset of the n scores] (variance-free).
+
+    sum_{i=k..n} C(i-1, k-1) / C(n, k) * r_(i) over ascending r_(1) <= ... <= r_(n).
+    scores: (n,).  k > n gives the pool max; an empty pool gives 0.
+    """
+    return _best_at_k_sorted(np.sort(_scores(scores)), _check_k(k))
+
+
+def best_at_k_curve(scores: Sequence[float] | np.ndarray, max_k: int) -> list[float]:
+    """[best@1, ..., best@max_k] (exact) for one pool."""
+    ascending = np.sort(_scores(scores))
+    return [_best_at_k_sorted(ascending, k) for k in range(1, _check_k(max_k) + 1)]
+
+
+def best_at_k_permutation_curve(
+    scores: Sequence[float] | np.ndarray, max_k: int, *, rng: np.random.Generator | int | None = None
+) -> list[float]:
+    """Running max over one random order of the pool: [best@1, ..., best@max_k] for that order.
+
+    The estimator upstream reports (one permutation per problem); kept for parity with its numbers.
+    k > n repeats the pool max; an empty pool gives zeros.
+    """
+    max_k = _check_k(max_k)
+    x = _scores(scores)
+    if len(x) == 0:
+        return [0.0] * max_k
+    running = np.maximum.accumulate(x[np.random.default_rng(rng).permutation(len(x))])
+    return [float(running[min(k, len(x)) - 1]) for k in range(1, max_k + 1)]
+
+
+def best_at_k_permutation(scores: Sequence[float] | np.ndarray, k: int, *, rng: np.random.Generator | int | None = None) -> float:
+    """best@k from one random permutation: the max of its first min(k, n) scores (0 if empty)."""
+    return best_at_k_permutation_curve(scores, _check_k(k), rng=rng)[-1]
+
+
+def _matrix(matrix: Any) -> np.ndarray:
+    m = np.asarray(matrix, dtype=np.float64)
+    if m.ndim == 1:
+        m = m.reshape(1, -1) if m.size else np.zeros((0, 0))
+    if m.ndim != 2:
+        raise ValueError(f"a pool of reward vectors must be (m, k), got shape {m.shape}")
+    return m
+
+
+def expected_best_of_m(matrix: Any, weights: Any) -> float:
+    """E_w[max over the pool of w . r]: mean over weight rows of the best row's weighted score.
+
+    matrix: (m, k) reward vectors (a (k,) vector is a pool of one; empty pool gives 0);
+    weights: (W, k), e.g. vpo.weights.sample_weights(k, 100, rng=eval_seed).
+    """
+    m = _matrix(matrix)
+    if m.size == 0:
+        return 0.0
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 2 or w.shape[1] != m.shape[1]:
+        raise ValueError(f"weights must be (W, {m.shape[1]}) to match the pool's k, got {w.shape}")
+    return float((m @ w.T).max(axis=0).mean())
+
+
+def expected_best_of_m_per_chain(chains: Sequence[Any], weights: Any) -> np.ndarray:
+    """E_w[best-of-m] of each chain's own answers.  chains: list of (m_i, k).  Returns (n_chains,)."""
+    return np.array([expected_best_of_m(c, weights) for c in chains], dtype=np.float64)
+
+
+def diversity(vectors: Any) -> float:
+    """Mean pairwise L1 distance between the reward vectors of a pool; 0 for fewer than 2.
+
+    vectors: (n, k).  Uses sum_{i<j} |x_j - x_i| = sum_j x_(j) (2j - n + 1) per dimension (sorted, 0-based).
+    """
+    v = np.asarray(vectors, dtype=np.float64)
+    if v.size == 0:
+        return 0.0
+    if v.ndim != 2:
+        raise ValueError(f"diversity needs reward vectors (n, k), got shape {v.shape}")
+    n = v.shape[0]
+    if n < 2:
+        return 0.0
+    coef = 2.0 * np.arange(n) - n + 1
+    total = float((np.sort(v, axis=0) * coef[:, None]).sum())
+    return total / (n * (n - 1) / 2)
+
+
+def pareto_fraction(vectors: Any) -> float:
+    """Fraction of the pool not dominated by another member (higher is better in every dimension).
+
+    b dominates a when b >= a everywhere and b > a somewhere; equal vectors do not dominate each
+    other.  vectors: (n, k).  Empty pool gives 0.
+    """
+    v = np.asarray(vectors, dtype=np.float64)
+    if v.size == 0:
+        return 0.0
+    if v.ndim != 2:
+        raise ValueError(f"pareto_fraction needs reward vectors (n, k), got shape {v.shape}")
+    geq = (v[:, None, :] >= v[None, :, :]).all(axis=-1)  # [b, a]: b >= a everywhere
+    gt = (v[:, None, :] > v[None, :, :]).any(axis=-1)
+    dominated = (geq & gt).any(axis=0)
+    return float(1.0 - dominated.mean())
+
+
+def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) -> float:
+    """Training metric: mean over prompt groups of the diversity of all answers of the group.
+
+    sub_scores: B items, each (m_i, k) (JSON text accepted; None or empty contributes no answer);
+    group_ids: (B,).  Returns 0 for an empty batch.
+    """
+    from vpo.advantage import _as_matrix, group_codes
+
+    if len(sub_scores) != len(group_ids):
+        raise ValueError(f"sub_scores has {len(sub_scores)} entries but group_ids has {len(group_ids)}")
+    if len(sub_scores) == 0:
+        return 0.0
+    codes, n_groups = group_codes(group_ids)
+    pools: list[list[np.ndarray]] = [[] for _ in range(n_groups)]
+    for code, item in zip(codes, sub_scores):
+        mat = _as_matrix(item)
+        if mat.size:
+            pools[code].append(mat)
+    return float(np.mean([diversity(np.concatenate(p)) if p else 0.0 for p in pools]))
