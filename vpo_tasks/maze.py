@@ -338,7 +338,8 @@ class MazeTask(Task):
         return score_moves(parse_moves(str(answer)), ground_truth)
 
     def multi_format(self, m: int) -> str:
-        example = _route_tags(["RIGHT DOWN DOWN", "DOWN RIGHT RIGHT", "DOWN DOWN RIGHT"][:3] + ["UP RIGHT"] * max(0, m - 3))
+        shapes = ["RIGHT DOWN DOWN", "DOWN RIGHT RIGHT", "DOWN DOWN RIGHT", "RIGHT RIGHT DOWN", "DOWN RIGHT DOWN"]
+        example = _route_tags([shapes[i % len(shapes)] for i in range(m)])
         return (
             f"Think briefly, then give {m} genuinely different routes, each inside its own numbered tags "
             f"<route_1></route_1> to <route_{m}></route_{m}>. Put only moves inside the tags. "
