@@ -1,0 +1,117 @@
+"""config.yaml, its schema and the loader: presets, overrides and errors that name the key."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vpo.config import (ConfigError, cell_settings, deep_merge, load_config, method_settings, resolve_config,
+                        settings_digest, task_settings, write_config)
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "config.yaml"
+ALL_METHODS = ["grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"]
+
+
+@pytest.fixture
+def raw():
+    return yaml.safe_load(CONFIG.read_text())
+
+
+def test_default_is_the_cpu_preset(monkeypatch):
+    monkeypatch.delenv("VPO_CONFIG", raising=False)
+    monkeypatch.delenv("VPO_PRESET", raising=False)
+    cfg = load_config(CONFIG)
+    assert cfg["preset"] == "cpu" and cfg["backend"] == "local" and cfg["tasks"] == ["maze"]
+    # the preset merges into the task's data settings without dropping the other keys
+    assert cfg["task_settings"]["maze"]["data"]["test_size"] == 24
+    assert cfg["task_settings"]["maze"]["data"]["score_mode"] == "convex_bonus"
+
+
+def test_paper_preset_is_the_full_grid():
+    cfg = load_config(CONFIG, preset="paper")
+    assert cfg["backend"] == "verl" and cfg["methods"] == ALL_METHODS
+    assert cfg["tasks"] == ["maze", "musique", "eureqa", "tool", "lcb"] and cfg["seeds"] == [0, 1, 2]
+    # paper section 3 / 6.3: m = 3 throughout, 4 eval seeds on EUREQA and ToolRL, 30 candidates
+    assert {t: s["m"] for t, s in cfg["task_settings"].items()} == dict.fromkeys(cfg["tasks"], 3)
+    assert task_settings(cfg, "eureqa")["eval"]["seeds"] == [0, 1, 2, 3]
+    assert task_settings(cfg, "tool")["eval"]["top_p"] == 0.95
+    assert all(s["eval"]["budget"] == 30 for s in cfg["task_settings"].values())
+    assert method_settings(cfg, "vpo") == {"alpha": 1.0, "sampler": "naive", "n_weights": 100}
+
+
+def test_every_preset_resolves_and_resolving_twice_changes_nothing():
+    for preset in ("cpu", "ci", "paper"):
+        cfg = load_config(CONFIG, preset=preset)
+        assert resolve_config(cfg) == cfg
+
+
+def test_environment_selects_file_and_preset(monkeypatch, tmp_path):
+    snapshot = tmp_path / "resolved.yaml"
+    write_config(load_config(CONFIG, preset="ci"), snapshot)
+    monkeypatch.setenv("VPO_CONFIG", str(snapshot))
+    monkeypatch.setenv("VPO_PRESET", "ci")
+    assert load_config()["methods"] == ["grpo", "vpo"]
+    assert write_config(load_config(), snapshot) is False  # identical content is not rewritten
+
+
+def test_overrides_merge_last(raw):
+    cfg = resolve_config(raw, "cpu", {"task_settings": {"maze": {"m": 5}}, "seeds": [7]})
+    assert cfg["seeds"] == [7] and task_settings(cfg, "maze")["m"] == 5
+    assert task_settings(cfg, "maze")["eval"]["budget"] == 30
+
+
+@pytest.mark.parametrize("mutate, key, words", [
+    (lambda c: c["methods"].append("dpo"), "methods[9]", "'dpo' is not one of"),
+    (lambda c: c.__setitem__("seeds", [0, -1]), "seeds[1]", "less than the minimum of 0"),
+    (lambda c: c["tasks"].append("chess"), "tasks", "'chess' has no settings; add task_settings.chess"),
+    (lambda c: c["task_settings"]["maze"].pop("m"), "task_settings.maze", "'m' is a required property"),
+    (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", "30"), "task_settings.maze.eval.budget",
+     "is not of type 'integer'"),
+    (lambda c: c.__setitem__("seed", [0]), "<top level>", "('seed' was unexpected)"),
+    (lambda c: c["method_settings"]["vpo"].__setitem__("sampler", "halton"), "method_settings.vpo.sampler",
+     "'halton' is not one of"),
+    (lambda c: c["presets"]["paper"].__setitem__("method", ["vpo"]), "presets.paper", "('method' was unexpected)"),
+])
+def test_malformed_configs_name_the_key(raw, mutate, key, words):
+    bad = copy.deepcopy(raw)
+    mutate(bad)
+    with pytest.raises(ConfigError) as err:
+        resolve_config(bad, "paper")
+    assert key in str(err.value) and words in str(err.value)
+
+
+def test_errors_in_a_preset_are_caught_when_it_is_applied(raw):
+    bad = copy.deepcopy(raw)
+    bad["presets"]["cpu"]["task_settings"]["maze"]["eval"]["seeds"] = [-2]
+    resolve_config(bad, "paper")  # the paper preset does not use it
+    with pytest.raises(ConfigError, match=r"after applying preset 'cpu'.*\n.*task_settings.maze.eval.seeds\[0\]"):
+        resolve_config(bad, "cpu")
+
+
+def test_unknown_preset_and_budget_too_small(raw):
+    with pytest.raises(ConfigError, match="preset: 'gpu' is not defined in presets.*ci, cpu, paper"):
+        resolve_config(raw, "gpu")
+    with pytest.raises(ConfigError, match=r"report.best_at: 30 exceeds task_settings.maze.eval.budget \(6\)"):
+        resolve_config(raw, "ci", {"report": {"best_at": 30}})
+    with pytest.raises(ConfigError, match="task_settings.maze.gpus: backend verl"):
+        resolve_config(raw, "cpu", {"backend": "verl"})
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("methods: [grpo\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_deep_merge_and_digests():
+    assert deep_merge({"a": {"b": 1, "c": [1]}}, {"a": {"c": [2]}}) == {"a": {"b": 1, "c": [2]}}
+    assert settings_digest({"x": 1, "y": 2}) == settings_digest({"y": 2, "x": 1})
+    cfg = load_config(CONFIG, preset="paper")
+    vpo, grpo = cell_settings(cfg, "maze", "vpo"), cell_settings(cfg, "maze", "grpo")
+    assert settings_digest(vpo) != settings_digest(grpo)
+    changed = resolve_config(cfg, overrides={"task_settings": {"tool": {"epochs": 3}}})
+    assert settings_digest(cell_settings(changed, "maze", "vpo")) == settings_digest(vpo)
