@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "table": ("vpo.tables", "write a paper table (csv, md, tex) from aggregated results"),
     "plot": ("vpo.plots", "draw a paper figure from aggregated results"),
     "evolve": ("vpo.evolve", "evolutionary search with a trained model as the mutation operator"),
+    "install-profile": ("vpo.profiles", "copy profiles/slurm or profiles/lsf into ~/.config/snakemake (never overwrites)"),
 }
 
 
