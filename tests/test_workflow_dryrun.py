@@ -1,0 +1,172 @@
+"""The Snakemake DAG, planned without running anything: per preset, per cell, after a touch, with
+bad configs, and through each profile."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from snakemake.api import SnakemakeApi
+from snakemake.settings.enums import Quietness
+from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, ResourceSettings,
+                                      StorageSettings)
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+
+def dryrun(workdir, config=None, targets=(), executor="dryrun"):
+    """Files a run would produce in workdir (the API changes into it), as sorted relative paths."""
+    planned = []
+    with SnakemakeApi(OutputSettings(dryrun=True, quiet={Quietness.ALL})) as api:
+        workflow = api.workflow(
+            snakefile=SNAKEFILE,
+            workdir=workdir,
+            resource_settings=ResourceSettings(cores=1, nodes=100),
+            config_settings=ConfigSettings(configfiles=[REPO / "config.yaml"], config=config or {}),
+            storage_settings=StorageSettings(),
+        )
+        dag = workflow.dag(DAGSettings(targets=set(targets)))
+        if executor == "dryrun":
+            dag.execute_workflow(executor="dryrun", updated_files=planned)
+        else:
+            dag.execute_workflow(executor=executor, pseudo_executor="dryrun", updated_files=planned)
+    return sorted(str(Path(p)) for p in planned)
+
+
+def kinds(files):
+    """Count planned files by what they are (the rule that writes them)."""
+    def kind(path):
+        if path.startswith("results/runs/"):
+            return "model" if path.endswith("/model") else Path(path).suffix.lstrip(".") if "/eval/" in path else Path(path).name
+        return re.sub(r"_(maze|musique|eureqa|tool|lcb)\.", ".", path.split("/")[-1])
+    return Counter(kind(f) for f in files)
+
+
+def test_cpu_preset_plans_every_rule(tmp_path):
+    files = dryrun(tmp_path)
+    counts = kinds(files)
+    # 4 methods x 1 task x 2 seeds = 8 cells, one eval seed each
+    assert counts["train.json"] == 8 and counts["model"] == 8 and counts["json"] == 8 and counts["parquet"] == 8
+    assert counts["train.parquet"] == counts["test.parquet"] == 1
+    assert "results/base/maze/base.json" in files
+    for target in ["figures/pass_at_k.pdf", "figures/best_at_k.pdf", "figures/diversity_over_training.pdf",
+                   "results/tables/main_table.csv", "results/tables/main_table.md", "results/tables/main_table.tex",
+                   "results/tables/best_at_k_maze.tex", "results/tables/pass_at_k_maze.md",
+                   "results/aggregate/summary.csv", "results/aggregate/training_curves.csv"]:
+        assert target in files
+    # the resolved config every vpo command reads was written at parse time
+    assert "preset: cpu" in (tmp_path / "results" / "config.yaml").read_text()
+
+
+def test_paper_grid_through_the_slurm_executor(tmp_path):
+    files = dryrun(tmp_path, config={"preset": "paper"}, executor="slurm")
+    counts = kinds(files)
+    # 9 methods x 5 tasks x 3 seeds = 135 cells; eval seeds 1 + 1 + 4 + 4 + 1 per cell and task
+    assert counts["train.json"] == 135 and counts["model"] == 135
+    assert counts["json"] == 9 * 3 * (1 + 1 + 4 + 4 + 1)
+    assert counts["parquet"] == 9 * 3 * 11 and counts["train.parquet"] == counts["test.parquet"] == 5
+    assert not any(f.startswith("results/base/") for f in files)  # veRL trains from the hub model
+    assert sum(f.startswith("results/tables/best_at_k_") for f in files) == 5 * 3
+
+
+def test_one_cell_is_rebuilt_alone(tmp_path):
+    cell = "results/runs/maze/vpo/seed1"
+    files = dryrun(tmp_path, targets=[f"{cell}/eval/evalseed0.json"])
+    assert files == sorted(["results/data/maze/train.parquet", "results/data/maze/test.parquet",
+                            "results/base/maze/base.json", f"{cell}/train.json", f"{cell}/model",
+                            f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json"])
+
+
+def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_path):
+    every = dryrun(tmp_path)
+    stage = {"data": 0, "base": 1, "train.json": 2, "model": 3, "eval": 4, "aggregate": 5}
+    def level(path):
+        for key, value in stage.items():
+            if f"/{key}" in path or path.endswith(key):
+                return value
+        return 6  # tables and figures
+    start = time.time() - 1000
+    for path in sorted(every, key=level):  # an up-to-date tree: every output newer than its inputs
+        target = tmp_path / path
+        if path.endswith("/model"):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path)
+        os.utime(target, (start + 10 * level(path),) * 2)
+    assert dryrun(tmp_path) == []
+
+    cell = "results/runs/maze/vpo/seed1"
+    os.utime(tmp_path / cell / "train.json")  # touch: now newer than everything
+    replanned = dryrun(tmp_path)
+    assert replanned == sorted(
+        [f"{cell}/model", f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json",
+         "results/aggregate/summary.csv", "results/aggregate/per_seed.csv", "results/aggregate/training_curves.csv"]
+        + [f for f in every if f.startswith(("figures/", "results/tables/"))]
+    )
+
+
+@pytest.mark.parametrize("config, key, words", [
+    ({"methods": ["grpo", "vpo", "reinforce"]}, "methods[2]", "'reinforce' is not one of"),
+    ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
+    ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
+])
+def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
+    # the overrides are whole top-level keys, so they replace the preset's grid: give preset=paper
+    with pytest.raises(Exception) as err:
+        dryrun(tmp_path, config={"preset": "paper", **config})
+    assert key in str(err.value) and words in str(err.value)
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def cli_dryrun(tmp_path, *args, env=None):
+    """`snakemake -n` from a clean directory with the repository's profiles (CLI, so profiles load)."""
+    cmd = [str(SNAKEMAKE), "-n", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
+           "--configfile", str(REPO / "config.yaml"), "--workflow-profile", str(REPO / "profiles" / "default"), *args]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, **(env or {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def job_counts(output):
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.M)}
+
+
+PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggregate": 1, "aggregate_training": 1,
+                "main_table": 1, "curve_table": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
+                "figure_diversity_over_training": 1, "all": 1, "total": 589}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["slurm", "lsf"])
+def test_cluster_profiles_plan_the_paper_grid(tmp_path, profile):
+    # profiles/default is layered over the cluster profile, as from the repository root
+    output = cli_dryrun(tmp_path, "--profile", str(REPO / "profiles" / profile))
+    assert job_counts(output) == PAPER_COUNTS
+
+
+@pytest.mark.slow
+def test_installed_profile_works_by_name(tmp_path):
+    home = tmp_path / "home"
+    subprocess.run([sys.executable, "-m", "vpo.cli", "install-profile", "slurm"], check=True,
+                   env={**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": ""}, capture_output=True)
+    assert (home / ".config" / "snakemake" / "slurm" / "config.yaml").exists()
+    again = subprocess.run([sys.executable, "-m", "vpo.cli", "install-profile", "slurm"],
+                           env={**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": ""}, capture_output=True, text=True)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    output = cli_dryrun(work, "--profile", "slurm", env={"HOME": str(home), "XDG_CONFIG_HOME": ""})
+    assert job_counts(output) == PAPER_COUNTS
+
+
+@pytest.mark.slow
+def test_default_profile_keeps_the_cpu_preset(tmp_path):
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 35
