@@ -7,6 +7,8 @@ rule preprocess:
         test=f"{DATA}/test.parquet",
     params:
         out=parent_dir,
+        preset=PRESET,
+        config=CONFIG_SNAPSHOT,
         # rerun when the task's data options change
         data_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["data"]),
     log:
@@ -18,7 +20,8 @@ rule preprocess:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out} > {log} 2>&1"
+        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out} --config {params.config}"
+        " --preset {params.preset} > {log} 2>&1"
 
 
 rule base_model:
@@ -30,6 +33,7 @@ rule base_model:
         data=lambda wc, input: os.path.dirname(input[0]),
         out=parent_dir,
         preset=PRESET,
+        config=CONFIG_SNAPSHOT,
         trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
     log:
         "logs/base_model/{task}.log",
@@ -41,4 +45,4 @@ rule base_model:
         "../envs/cpu.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data}"
-        " --preset {params.preset} --out {params.out} > {log} 2>&1"
+        " --preset {params.preset} --config {params.config} --out {params.out} > {log} 2>&1"
