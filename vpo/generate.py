@@ -1,0 +1,177 @@
+"""Generation backends behind one interface: `backend.generate(prompts, n, sampling) -> texts`.
+
+`prompts` is a list of chat conversations (lists of `{role, content}` messages); the result holds,
+for each prompt, its `n` sampled response texts. Two backends:
+
+- `transformers` (CPU or one GPU): batched sampling with the KV cache of `model.generate`, left
+  padding, a progress bar over batches. Deterministic for a given `sampling.seed`.
+- `vllm` (GPU): `vllm.LLM.generate`; vLLM is imported only when this backend is built. Our sampling
+  settings are translated by the pure function `vllm_sampling_kwargs`.
+
+The embedded trainer uses the token-level `sample_responses`, which returns token ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+BACKENDS = ("transformers", "vllm")
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass; 1.0 = off
+    top_k: int = -1  # -1 = off (vLLM's convention; the paper's eval uses top_k = -1)
+    max_new_tokens: int = 512  # response token limit
+    seed: int | None = 0  # None = use the ambient RNG state (the trainer's)
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or a positive integer, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+def vllm_sampling_kwargs(sampling: SamplingSettings, n: int) -> dict:
+    """Keyword arguments of `vllm.SamplingParams` for `n` samples per prompt with `sampling`."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    kwargs = {
+        "n": int(n),
+        "temperature": float(sampling.temperature),
+        "top_p": float(sampling.top_p),
+        "top_k": int(sampling.top_k),
+        "max_tokens": int(sampling.max_new_tokens),
+    }
+    if sampling.seed is not None:
+        kwargs["seed"] = int(sampling.seed)
+    return kwargs
+
+
+def hf_generate_kwargs(sampling: SamplingSettings) -> dict:
+    """Keyword arguments of transformers' `model.generate` for `sampling` (top_k 0 = off there)."""
+    if sampling.temperature == 0:
+        return {"do_sample": False, "max_new_tokens": sampling.max_new_tokens}
+    return {
+        "do_sample": True,
+        "temperature": float(sampling.temperature),
+        "top_p": float(sampling.top_p),
+        "top_k": 0 if sampling.top_k == -1 else int(sampling.top_k),
+        "max_new_tokens": int(sampling.max_new_tokens),
+    }
+
+
+def render_prompts(tokenizer, prompts: Sequence[Sequence[dict]]) -> list[str]:
+    """Chat conversations -> prompt strings via the tokenizer's chat template (thinking off)."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("the tokenizer has no chat template; save one with the model (tokenizer_config.json)")
+    return [
+        tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False,
+                                      enable_thinking=False)
+        for messages in prompts
+    ]
+
+
+def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: int, sampling: SamplingSettings,
+                     *, batch_size: int = 256, progress: bool = False) -> list[list[int]]:
+    """Sample `n` responses per prompt; returns len(prompt_ids) * n token-id lists, prompt-major.
+
+    Each response ends at (and includes) the first EOS, or stops at `max_new_tokens`.
+    Sequences are generated `batch_size` at a time, left-padded, with the KV cache.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    if sampling.seed is not None:
+        torch.manual_seed(sampling.seed)
+    flat = [list(ids) for ids in prompt_ids for _ in range(n)]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    device = next(model.parameters()).device
+    kwargs = hf_generate_kwargs(sampling)
+    out: list[list[int]] = []
+    was_training = model.training
+    model.eval()
+    chunks = range(0, len(flat), batch_size)
+    for start in tqdm(chunks, desc="generate", unit="batch", disable=not progress):
+        batch = flat[start:start + batch_size]
+        width = max(len(ids) for ids in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        with torch.no_grad():
+            generated = model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                pad_token_id=pad, eos_token_id=eos, **kwargs,
+            )
+        for row in generated[:, width:].tolist():
+            if eos in row:
+                row = row[: row.index(eos) + 1]
+            out.append(row)
+    model.train(was_training)
+    return out
+
+
+class TransformersBackend:
+    """Batched CPU/GPU sampling with transformers; built from a model directory or objects."""
+
+    def __init__(self, model_path=None, *, model=None, tokenizer=None, batch_size: int = 256,
+                 progress: bool = True, device: str | None = None):
+        if model is None:
+            from vpo.local.model import load_pretrained
+
+            model, tokenizer = load_pretrained(model_path)
+        if device is not None:
+            model = model.to(device)
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.progress = batch_size, progress
+
+    def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:
+        texts = render_prompts(self.tokenizer, prompts)
+        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        responses = sample_responses(self.model, self.tokenizer, ids, n, sampling,
+                                     batch_size=self.batch_size, progress=self.progress)
+        decoded = [self.tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+        return [decoded[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
+class VLLMBackend:
+    """GPU sampling with vLLM (install the `gpu` extra); same interface as TransformersBackend."""
+
+    def __init__(self, model_path, *, max_model_len: int | None = None, gpu_memory_utilization: float = 0.5,
+                 seed: int = 0, **llm_kwargs):
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError(
+                "the vllm generation backend needs vLLM: install the `gpu` extra "
+                "(pip install -e '.[gpu]') or use --backend transformers"
+            ) from err
+        kwargs = {"gpu_memory_utilization": gpu_memory_utilization, "seed": seed, **llm_kwargs}
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        self.llm = LLM(model=str(model_path), **kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        texts = render_prompts(self.tokenizer, prompts)
+        outputs = self.llm.generate(texts, SamplingParams(**vllm_sampling_kwargs(sampling, n)))
+        return [[choice.text for choice in request.outputs] for request in outputs]
+
+
+def make_backend(name: str, model_path, **kwargs):
+    """Build a generation backend by name ("transformers" or "vllm")."""
+    if name == "transformers":
+        return TransformersBackend(model_path, **kwargs)
+    if name == "vllm":
+        return VLLMBackend(model_path, **kwargs)
+    raise ValueError(f"unknown generation backend {name!r}; choose one of {BACKENDS}")

@@ -1,0 +1,173 @@
+"""`vpo base-model`: the tiny base model of the CPU backend for one task (the warm start).
+
+It stands in for a pretrained model: a word-level tokenizer over the task's text, then a short
+supervised run on the task's synthetic demonstrations (`Task.demonstration`: well-formed answers
+of mixed quality) in every prompt form a method uses (single, multi with m answers, goal). The
+reward is never seen. The output directory is a Hugging Face model; `base.json` is written last,
+with a sampled success rate: RL needs some rollouts that reach the goal, or every group has zero
+reward variance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vpo.local.settings import LocalTrainerSettings
+
+log = logging.getLogger("vpo.local.base")
+
+PROMPT_MODES = ("single", "multi", "goal")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="task name, e.g. maze")
+    parser.add_argument("--data", required=True, help="directory with the task's train.parquet and test.parquet")
+    parser.add_argument("--out", required=True, help="output model directory (Hugging Face format)")
+    parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
+    parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and demonstrations")
+
+
+def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
+    """The row's prompt in one of the three forms (goal weights drawn as goal_cond draws them)."""
+    from vpo.prompts import goal_weights, rewrite_prompt
+
+    weights = None
+    if mode == "goal":
+        weights = goal_weights(seed, int(row.get("extra_info", {}).get("index", 0)), task.k)
+    return rewrite_prompt(row["prompt"], mode=mode, m=m, task=task, weights=weights)
+
+
+def demo_example(task, row: dict, rng: np.random.Generator, cfg: LocalTrainerSettings, m: int, seed: int):
+    """One (prompt messages, response text) pair with a drawn prompt form."""
+    if rng.random() < cfg.warm_start_multi_fraction:
+        mode, n_answers = "multi", m
+    else:
+        mode = "goal" if rng.random() < cfg.warm_start_goal_fraction else "single"
+        n_answers = 1
+    return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers), mode
+
+
+def encode_example(tokenizer, messages, response: str) -> tuple[list[int], list[int]]:
+    from vpo.generate import render_prompts
+
+    prompt = tokenizer(render_prompts(tokenizer, [messages])[0], add_special_tokens=False)["input_ids"]
+    answer = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return prompt, answer
+
+
+def sampled_success(model, tokenizer, task, rows, cfg: LocalTrainerSettings, m: int, seed: int, n_prompts: int = 16,
+                    n_samples: int = 4) -> dict:
+    """Mean score and the share of samples reaching the goal (task.is_correct), per prompt form."""
+    from vpo.generate import SamplingSettings, render_prompts, sample_responses
+    from vpo.reward import compute_score
+
+    out = {}
+    picked = rows[:n_prompts]
+    for mode in ("single", "multi"):
+        n_answers = m if mode == "multi" else 1
+        texts = render_prompts(tokenizer, [prompt_variant(task, r, mode, m, seed) for r in picked])
+        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        sampling = SamplingSettings(temperature=1.0, max_new_tokens=cfg.max_new_tokens_for(mode), seed=seed)
+        responses = sample_responses(model, tokenizer, ids, n_samples, sampling, batch_size=cfg.generation_batch)
+        scores, solved = [], []
+        for i, resp in enumerate(responses):
+            row = picked[i // n_samples]
+            extra = {**row.get("extra_info", {}), "num_solutions": n_answers}
+            result = compute_score(row["data_source"], tokenizer.decode(resp, skip_special_tokens=True),
+                                   row["reward_model"]["ground_truth"], extra)
+            scores.append(float(result["score"]))
+            matrix = np.asarray(json.loads(result["sub_scores"]), dtype=float).reshape(-1, task.k)
+            solved.append(any(task.is_correct(v) for v in matrix))
+        out[f"{mode}/score_mean"] = float(np.mean(scores))
+        out[f"{mode}/success_rate"] = float(np.mean(solved))
+    return out
+
+
+def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrainerSettings, *, m: int = 3,
+                     seed: int = 0, preset: str = "", config_hash: str = "") -> dict:
+    """Build tokenizer + model, warm-start it, save to out_dir; returns the base.json payload."""
+    import torch
+
+    from vpo.local.checkpoint import write_json_atomic
+    from vpo.local.data import read_rows
+    from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases,
+                                 save_pretrained_atomic)
+    from vpo.local.rl import pack_rollouts, response_logprobs
+    from vpo.task import resolve
+
+    t0 = time.time()
+    task = resolve(task_name)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    train_rows, test_rows = read_rows(data_dir, "train"), read_rows(data_dir, "test")
+    rng = np.random.default_rng([seed, 7])
+
+    # Vocabulary: every prompt form of every row, plus a sample of demonstrations.
+    prompts = [msg["content"] for row in train_rows + test_rows for mode in PROMPT_MODES
+               for msg in prompt_variant(task, row, mode, m, seed)]
+    demos = [task.demonstration(row, rng, n) for row in train_rows[:200] for n in (1, m)]
+    response_words = {w for d in demos for w in TAG_PATTERN.sub(" ", d).split()}
+    tokenizer = build_tokenizer(prompts + demos, phrases=frequent_phrases(prompts, response_words))
+    model = build_model(len(tokenizer), cfg.model_settings(), pad_token_id=tokenizer.pad_token_id,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, seed=seed)
+    log.info("base model: %d parameters, vocabulary %d", count_parameters(model), len(tokenizer))
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr, betas=(0.9, 0.999), weight_decay=0.01)
+    losses = []
+    model.train()
+    for step in range(cfg.warm_start_steps):
+        lr = cfg.warm_start_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.warm_start_steps))))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, cfg, m, seed)[:2])
+                 for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
+        input_ids, attention, positions, mask, width_p = pack_rollouts([b[0] for b in batch], [b[1] for b in batch],
+                                                                       tokenizer.pad_token_id)
+        if input_ids.shape[1] > cfg.max_positions:
+            raise ValueError(f"a demonstration needs {input_ids.shape[1]} positions > local_trainer.max_positions "
+                             f"({cfg.max_positions}); raise max_positions")
+        logp, _ = response_logprobs(model, input_ids, attention, positions, width_p)
+        loss = -(logp * mask).sum() / mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if step % 25 == 0 or step == cfg.warm_start_steps - 1:
+            log.info("warm start step %d/%d loss %.4f", step + 1, cfg.warm_start_steps, losses[-1])
+    model.eval()
+    sampled = sampled_success(model, tokenizer, task, train_rows, cfg, m, seed)
+    if sampled["single/success_rate"] == 0 and sampled["multi/success_rate"] == 0:
+        log.warning("the warm-started model never reaches the goal in its samples: RL will see zero reward "
+                    "variance; raise local_trainer.warm_start_steps or the model size")
+    save_pretrained_atomic(model, tokenizer, out_dir)
+    payload = {
+        "task": task_name, "preset": preset, "seed": seed, "m": m, "config_hash": config_hash,
+        "parameters": count_parameters(model), "vocab_size": len(tokenizer),
+        "warm_start_steps": cfg.warm_start_steps, "final_loss": float(np.mean(losses[-10:])) if losses else None,
+        "sampled": sampled, "settings": cfg.to_dict(), "wall_time_s": round(time.time() - t0, 2),
+    }
+    write_json_atomic(Path(out_dir) / "base.json", payload)
+    return payload
+
+
+def run(args: argparse.Namespace) -> int:
+    from vpo.train import load_run_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cfg, settings, digest = load_run_config(args.config, args.preset, task=args.task)
+    from vpo.config import task_settings
+
+    m = int(task_settings(cfg, args.task).get("m", 3))
+    payload = build_base_model(args.task, args.data, args.out, settings, m=m, seed=args.seed,
+                               preset=cfg["preset"], config_hash=digest)
+    print(json.dumps({k: payload[k] for k in ("parameters", "vocab_size", "final_loss", "sampled", "wall_time_s")}))
+    return 0

@@ -1,0 +1,40 @@
+"""Reading a task's parquet split into plain Python rows (veRL row schema, reference/verl.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def to_plain(value: Any) -> Any:
+    """numpy arrays/scalars inside a parquet record -> lists and Python scalars, recursively."""
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def split_path(data_dir: str | os.PathLike, split: str) -> Path:
+    path = Path(data_dir) / f"{split}.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist; write it first with `vpo preprocess --task <task> --out {data_dir}`"
+        )
+    return path
+
+
+def read_rows(data_dir: str | os.PathLike, split: str) -> list[dict]:
+    """All rows of `<data_dir>/<split>.parquet` as plain dicts (prompt = list of messages)."""
+    import pandas as pd
+
+    frame = pd.read_parquet(split_path(data_dir, split))
+    for column in ("data_source", "prompt", "reward_model"):
+        if column not in frame.columns:
+            raise ValueError(f"{data_dir}/{split}.parquet has no `{column}` column; re-run `vpo preprocess`")
+    return [to_plain(record) for record in frame.to_dict("records")]

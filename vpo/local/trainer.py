@@ -1,0 +1,223 @@
+"""The embedded RL loop: veRL's GRPO-family semantics on a tiny model, in one CPU process.
+
+Each step takes the next `prompts_per_step` prompts of a shuffled epoch, samples
+`rollouts_per_prompt` responses per prompt (the group) at temperature 1 with the KV cache, scores
+them with `vpo.reward.compute_score`, turns the scores into one advantage per rollout with the
+estimator the method table names (`vpo.advantage.advantage_for_method`), and takes
+`ppo_mini_batches` AdamW steps on the dual-clip PPO loss (token-mean) plus the low-variance KL to
+the base model. Methods differ only in the estimator and in the prompt rewrite (`prepare_row`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vpo.local import checkpoint as ckpt
+from vpo.local.settings import LocalTrainerSettings
+
+log = logging.getLogger("vpo.local.trainer")
+
+
+@dataclass
+class RunSpec:
+    """One training cell."""
+
+    task: str  # task name (vpo.task registry)
+    method: str  # method name (vpo.methods.METHODS)
+    seed: int  # training seed: data order, rollouts, weight draws, goal weights
+    data_dir: str  # directory with train.parquet
+    base_model: str  # warm-started Hugging Face model directory (`vpo base-model`)
+    out_dir: str  # the run directory
+    settings: LocalTrainerSettings = field(default_factory=LocalTrainerSettings)
+    method_settings: dict = field(default_factory=dict)  # estimator knobs (alpha, sampler, n_weights, k)
+    m: int = 3  # answers per rollout for multi-answer methods
+    preset: str = "cpu"  # recorded in train.json
+    config_hash: str = ""  # recorded in train.json
+
+
+def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
+    """Row indices of 1-based `step`: consecutive slices of per-epoch shuffles (no repeats in an epoch).
+
+    Depends only on (n_rows, batch, step, seed), so a resumed run sees the same prompts.
+    """
+    if batch > n_rows:
+        raise ValueError(f"prompts_per_step ({batch}) exceeds the {n_rows} training rows")
+    per_epoch = n_rows // batch  # drop_last, as veRL's dataloader
+    epoch, slot = divmod(step - 1, per_epoch)
+    order = np.random.default_rng([seed, 0, epoch]).permutation(n_rows)
+    return [int(i) for i in order[slot * batch:(slot + 1) * batch]]
+
+
+def group_pool_diversity(sub_scores: list[np.ndarray], group_ids: np.ndarray) -> float:
+    """Mean over groups of the reward-space diversity of the group's pooled answer rows."""
+    from vpo.metrics import diversity
+
+    values = []
+    for gid in np.unique(group_ids):
+        rows = [s for s, g in zip(sub_scores, group_ids) if g == gid and s.size]
+        values.append(diversity(np.concatenate(rows, axis=0)) if rows else 0.0)
+    return float(np.mean(values)) if values else 0.0
+
+
+def prepare_rows(rows: list[dict], method: str, m: int, seed: int) -> list[dict]:
+    from vpo.prompts import prepare_row
+
+    return [prepare_row(row, method, m, seed) for row in rows]
+
+
+def score_rollouts(task, rows: list[dict], texts: list[str], m: int):
+    """compute_score for every rollout: scores (B,), sub_scores list of (m_i, k), channels (B, k), failures."""
+    from vpo.reward import compute_score
+
+    scores, subs, channels, failures = [], [], [], []
+    names = task.objective_names
+    for row, text in zip(rows, texts):
+        result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
+        scores.append(float(result["score"]))
+        matrix = np.asarray(json.loads(result["sub_scores"]), dtype=np.float64).reshape(-1, task.k)
+        subs.append(matrix)
+        channels.append([float(result[name]) for name in names])
+        failures.append(len(task.split_answers(text, m)) == 0)
+    return np.asarray(scores), subs, np.asarray(channels), np.asarray(failures, dtype=float)
+
+
+def train_local(spec: RunSpec) -> dict:
+    """Run (or resume) one cell; returns the train.json payload, written last."""
+    import torch
+
+    from vpo.advantage import advantage_for_method
+    from vpo.generate import SamplingSettings, render_prompts, sample_responses
+    from vpo.local.data import read_rows
+    from vpo.local.model import load_pretrained
+    from vpo.local.rl import low_var_kl, masked_mean, pack_rollouts, ppo_clip_loss, response_logprobs
+    from vpo.methods import get_method
+    from vpo.task import resolve
+
+    cfg = spec.settings
+    method = get_method(spec.method)
+    task = resolve(spec.task)
+    m = spec.m if method.multi_answer else 1
+    out = Path(spec.out_dir)
+    ckpt_root = out / "checkpoints"
+    metrics_path = out / "metrics.jsonl"
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+    rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed)
+    policy, tokenizer = load_pretrained(spec.base_model)
+    reference, _ = load_pretrained(spec.base_model)
+    reference.eval().requires_grad_(False)
+    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
+                  for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
+    max_new = cfg.max_new_tokens_for(method.prompt)
+    longest = max(len(p) for p in prompt_ids) + max_new
+    if longest > policy.config.max_position_embeddings:
+        raise ValueError(
+            f"prompt ({longest - max_new} tokens) + max_new_tokens ({max_new}) exceeds the model's "
+            f"{policy.config.max_position_embeddings} positions; raise local_trainer.max_positions and rebuild the base model"
+        )
+
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
+    np_rng = np.random.default_rng([spec.seed, 1])
+    torch.manual_seed(spec.seed)
+    start_step = 0
+    latest = ckpt.latest_checkpoint(ckpt_root)
+    if latest is not None:
+        state = ckpt.load_trainer_state(latest)
+        policy, _ = load_pretrained(latest / "model")
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
+                                      weight_decay=cfg.weight_decay)
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        np_rng.bit_generator.state = state["numpy_rng"]
+        start_step = int(state["step"])
+        log.warning("resuming %s from checkpoint step %d", out, start_step)
+    ckpt.truncate_metrics(metrics_path, start_step)
+    policy.train()
+
+    sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new, seed=None)
+    n = cfg.rollouts_per_prompt
+    t_run = time.time()
+    for step in range(start_step + 1, cfg.steps + 1):
+        t_step = time.time()
+        picked = batch_indices(len(rows), cfg.prompts_per_step, step, spec.seed)
+        responses = sample_responses(policy, tokenizer, [prompt_ids[i] for i in picked], n, sampling,
+                                     batch_size=cfg.generation_batch)
+        t_gen = time.time() - t_step
+        rollout_rows = [rows[i] for i in picked for _ in range(n)]
+        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+        group_ids = np.repeat(np.arange(len(picked)), n)
+        scores, subs, channels, failures = score_rollouts(task, rollout_rows, texts, m)
+        advantages, diagnostics = advantage_for_method(
+            method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng)
+
+        seqs = pack_rollouts([prompt_ids[i] for i in picked for _ in range(n)], responses, tokenizer.pad_token_id)
+        input_ids, attention, positions, mask, width_p = seqs
+        with torch.no_grad():
+            old_logp, _ = response_logprobs(policy, input_ids, attention, positions, width_p,
+                                            temperature=cfg.temperature)
+            ref_logp, _ = response_logprobs(reference, input_ids, attention, positions, width_p,
+                                            temperature=cfg.temperature)
+        adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
+        per_mb = len(picked) // cfg.ppo_mini_batches * n
+        stats = {"pg_loss": [], "kl": [], "entropy": [], "clipfrac": [], "ppo_kl": [], "grad_norm": []}
+        for mb in range(cfg.ppo_mini_batches):
+            sl = slice(mb * per_mb, (mb + 1) * per_mb)
+            # Trim the padding columns this mini-batch does not use.
+            cols = attention[sl].bool().any(0).nonzero()
+            lo, hi = int(cols.min()), int(cols.max()) + 1
+            lo = min(lo, width_p - 1)
+            logp, entropy = response_logprobs(policy, input_ids[sl, lo:hi], attention[sl, lo:hi],
+                                              positions[sl, lo:hi], width_p - lo, temperature=cfg.temperature,
+                                              with_entropy=True)
+            r_len = logp.shape[1]
+            mb_mask = mask[sl, :r_len]
+            pg_loss, clipfrac, ppo_kl = ppo_clip_loss(logp, old_logp[sl, :r_len], adv[sl], mb_mask,
+                                                      clip_ratio=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c)
+            kl = masked_mean(low_var_kl(logp, ref_logp[sl, :r_len]), mb_mask)
+            ent = masked_mean(entropy, mb_mask)
+            loss = pg_loss + cfg.kl_coef * kl - cfg.entropy_coef * ent
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+            optimizer.step()
+            for key, value in zip(stats, (pg_loss, kl, ent, clipfrac, ppo_kl, grad_norm)):
+                stats[key].append(float(value))
+
+        record = {
+            "step": step,
+            "score_mean": float(scores.mean()),
+            "score_max": float(scores.max()),
+            **{f"reward/{name}": float(channels[:, j].mean()) for j, name in enumerate(task.objective_names)},
+            "acc": float(np.mean([task.is_correct(c) for c in channels])),
+            "pool_diversity": group_pool_diversity(subs, group_ids),
+            "advantage/mean": float(np.mean(advantages)),
+            "advantage/std": float(np.std(advantages)),
+            "advantage/max": float(np.max(advantages)),
+            "advantage/min": float(np.min(advantages)),
+            "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
+            **{f"diag/{k}": float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
+            "parse_failure_rate": float(failures.mean()),
+            "response_length_mean": float(mask.sum(1).mean()),
+            **{key: float(np.mean(values)) for key, values in stats.items()},
+            "generation_s": round(t_gen, 4),
+            "step_s": round(time.time() - t_step, 4),
+            "wall_time_s": round(time.time() - t_run, 4),
+        }
+        with open(metrics_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        log.info("step %d/%d score %.3f diversity %.3f (%.2fs)", step, cfg.steps, record["score_mean"],
+                 record["pool_diversity"], record["step_s"])
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            ckpt.save_checkpoint(ckpt_root, step, policy, tokenizer, optimizer, np_rng, keep=cfg.keep_checkpoints)
+
+    from vpo.local.model import save_pretrained_atomic
+
+    save_pretrained_atomic(policy, tokenizer, ckpt_root / "final")
+    return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
