@@ -83,6 +83,9 @@ def test_multi_answer_fallbacks_and_padding():
         ("".join(f"<route_{i}>{r}</route_{i}>" for i, r in enumerate(
             [ROUTES[n]["moves"] for n in "ABCE"], 1)), [lin["A"], lin["B"], lin["C"]]),  # 4 routes, m = 3
         ("no moves at all --- none here", [zero, zero, zero]),
+        (f"<route_1>LEFT <route_2>{b}</route_2>", [lin["B"], zero, zero]),  # an unclosed tag is text
+        (f"<answer>UP <answer>{A}</answer>", [lin["A"], zero, zero]),
+        ("<route_1>" * 3000 + "</route_1>", [zero, zero, zero]),            # many unclosed tags
     ]
     for text, expected in cases:
         got = vectors(compute_score("maze", text, gt("linear"), {"num_solutions": 3}))

@@ -30,8 +30,10 @@ SCORE_MODES = ("convex_bonus", "linear")
 BONUS_MULT = 1.5  # convex_bonus: squared fractions times this once a B tile was visited
 
 MOVE_RE = re.compile(r"\b(UP|DOWN|LEFT|RIGHT)\b")
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-ROUTE_RE = re.compile(r"<route_\d+>(.*?)</route_\d+>", re.IGNORECASE | re.DOTALL)
+# A block's body may not contain another opening tag of its kind; besides reading an unclosed tag
+# as text, this keeps matching linear on text with many unclosed tags.
+ANSWER_RE = re.compile(r"<answer>((?:(?!<answer>).)*?)</answer>", re.IGNORECASE | re.DOTALL)
+ROUTE_RE = re.compile(r"<route_\d+>((?:(?!<route_\d).)*?)</route_\d+>", re.IGNORECASE | re.DOTALL)
 
 Cell = tuple[int, int]
 
