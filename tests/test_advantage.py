@@ -22,6 +22,7 @@ from vpo.advantage import (
     multi_rlvr_scalar,
     register_estimator,
     vpo_advantage,
+    vpo_raw_scores,
     vpo_single_advantage,
     weighted_scalar,
 )
@@ -334,3 +335,11 @@ def test_advantage_for_method_dispatch():
 def test_group_ids_as_numpy_object_array():
     ids = np.array(["u1", "u2", "u1", "u2"], dtype=object)
     np.testing.assert_allclose(grpo_advantage([1, 2, 3, 5], ids), grpo_advantage([1, 2, 3, 5], list(ids)))
+
+
+def test_vpo_raw_scores_are_the_unnormalised_scores():
+    rng = np.random.default_rng(3)
+    subs, ids = ragged_batch(rng)
+    raw = vpo_raw_scores(subs, ids, n_weights=9, sampler="sobol", rng=8)
+    weights = draw_group_weights(group_ks_in_order(subs, ids), 9, sampler="sobol", rng=8)
+    np.testing.assert_allclose(raw, vpo_reference(subs, ids, weights)[1], rtol=1e-12, atol=1e-12)

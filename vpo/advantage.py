@@ -15,7 +15,7 @@ import inspect
 import json
 import math
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -144,28 +144,23 @@ def draw_group_weights(
     return out
 
 
-@register_estimator("vpo")
-def vpo_advantage(
+class _VPOScores(NamedTuple):
+    raw: np.ndarray  # (B,) each rollout's E_w[best of its answers]; 0 for an empty rollout
+    pool_best: np.ndarray  # (G,) E_w[best answer of the whole group]
+    rows: np.ndarray  # (B,) answers per rollout
+    codes: np.ndarray  # (B,) group index by first appearance
+    n_groups: int
+
+
+def _vpo_scores(
     sub_scores: Sequence[Any],
     group_ids: Sequence[Any] | np.ndarray,
-    *,
-    n_weights: int = 100,
-    alpha: float = 1.0,
-    sampler: str = "naive",
-    rng: np.random.Generator | int | None = None,
-    eps: float = 1e-6,
-    weights: Mapping[Any, np.ndarray] | None = None,
-) -> tuple[np.ndarray, dict[str, float]]:
-    """VPO: each rollout's set is scored by its best answer under random weightings.
-
-    sub_scores: B items, each (m_i, k) (a (k,) vector is one answer; JSON text is parsed); k fixed
-                inside a group, may differ between groups; None or empty means raw score 0.
-    group_ids:  (B,) hashable ids; equal id = same prompt group.
-    weights:    optional {group id: (W, k_g)} to use instead of drawing (tests, replays).
-    raw_j = mean over the group's W weights w of max_rows(R_j w);  A_j = (raw_j - mean_g) / (std_g + eps)
-    with the population std; a group with std_g < eps gets 0 everywhere.
-    Returns: advantages float64 (B,), diagnostics dict of floats.
-    """
+    n_weights: int,
+    alpha: float,
+    sampler: str,
+    rng: np.random.Generator | int | None,
+    weights: Mapping[Any, np.ndarray] | None,
+) -> _VPOScores:
     if len(sub_scores) != len(group_ids):
         raise ValueError(f"sub_scores has {len(sub_scores)} entries but group_ids has {len(group_ids)}")
     mats = [_as_matrix(s) for s in sub_scores]
@@ -190,6 +185,9 @@ def vpo_advantage(
     else:
         first = np.unique(codes, return_index=True)[1]
         ids = [group_ids[i] for i in first]
+        missing = [ids[g] for g in range(n_groups) if k_hi[g] >= 1 and ids[g] not in weights]
+        if missing:
+            raise ValueError(f"weights has no entry for groups {missing[:5]}; give one (W, k) array per group id")
         group_w = [None if k_hi[g] < 1 else np.asarray(weights[ids[g]], dtype=np.float64) for g in range(n_groups)]
         for g, w in enumerate(group_w):
             if w is not None and (w.ndim != 2 or w.shape[1] != k_hi[g]):
@@ -227,6 +225,48 @@ def vpo_advantage(
         raw[rsel[full]] = own[lg[full], slot[full]].mean(axis=-1)
         pool_best[gsel] = own.max(axis=1).mean(axis=-1)
 
+    return _VPOScores(raw, pool_best, rows, codes, n_groups)
+
+
+def vpo_raw_scores(
+    sub_scores: Sequence[Any],
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    n_weights: int = 100,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+    weights: Mapping[Any, np.ndarray] | None = None,
+) -> np.ndarray:
+    """VPO's raw score per rollout before group normalisation: mean over the group's weights of
+    the best answer's weighted score.  Same inputs as `vpo_advantage`.  Returns: float64 (B,).
+    """
+    return _vpo_scores(sub_scores, group_ids, n_weights, alpha, sampler, rng, weights).raw
+
+
+@register_estimator("vpo")
+def vpo_advantage(
+    sub_scores: Sequence[Any],
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    n_weights: int = 100,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+    eps: float = 1e-6,
+    weights: Mapping[Any, np.ndarray] | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """VPO: each rollout's set is scored by its best answer under random weightings.
+
+    sub_scores: B items, each (m_i, k) (a (k,) vector is one answer; JSON text is parsed); k fixed
+                inside a group, may differ between groups; None or empty means raw score 0.
+    group_ids:  (B,) hashable ids; equal id = same prompt group.
+    weights:    optional {group id: (W, k_g)} to use instead of drawing (tests, replays).
+    raw_j = mean over the group's W weights w of max_rows(R_j w);  A_j = (raw_j - mean_g) / (std_g + eps)
+    with the population std; a group with std_g < eps gets 0 everywhere.
+    Returns: advantages float64 (B,), diagnostics dict of floats.
+    """
+    raw, pool_best, rows, codes, n_groups = _vpo_scores(sub_scores, group_ids, n_weights, alpha, sampler, rng, weights)
     _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)
     flat = std < eps
     adv = np.where(flat[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps))

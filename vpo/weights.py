@@ -62,7 +62,8 @@ def _naive(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) 
     if alpha < _SMALL_ALPHA:
         return rng.dirichlet(np.full(k, alpha), size=(n_sets, n))
     gam = rng.standard_exponential((n_sets, n, k)) if alpha == 1.0 else rng.standard_gamma(alpha, (n_sets, n, k))
-    return gam / gam.sum(axis=-1, keepdims=True)
+    gam /= gam.sum(axis=-1, keepdims=True)
+    return gam
 
 
 def _sobol_uniforms(dim: int, n_sets: int, n: int, rng: np.random.Generator) -> np.ndarray:
