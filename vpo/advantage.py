@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from vpo.methods import Method, get_method
-from vpo.weights import canonical_sampler, sample_weight_sets
+from vpo.weights import canonical_sampler, draw_bucket_weights, draw_group_weights  # noqa: F401 (re-exported)
 
 ESTIMATORS: dict[str, Callable[..., Any]] = {}
 
@@ -88,6 +88,20 @@ def _group_mean_std(x: np.ndarray, codes: np.ndarray, n_groups: int, ddof: int) 
     return count, mean, std
 
 
+def _bucket(codes: np.ndarray, n_groups: int, gsel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rollouts of groups `gsel`: batch index (R,), group position in gsel (R,), slot inside
+    the group (R,) in batch order, and the group sizes (len(gsel),)."""
+    local = np.full(n_groups, -1, dtype=np.int64)
+    local[gsel] = np.arange(len(gsel))
+    rsel = np.flatnonzero(local[codes] >= 0)
+    lg = local[codes[rsel]]
+    count = np.bincount(lg, minlength=len(gsel))
+    order = np.argsort(lg, kind="stable")
+    slot = np.empty(len(rsel), dtype=np.int64)
+    slot[order] = np.arange(len(rsel)) - (np.cumsum(count) - count)[lg[order]]
+    return rsel, lg, slot, count
+
+
 def _as_matrix(item: Any) -> np.ndarray:
     """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0)."""
     if type(item) is np.ndarray and item.ndim == 2 and item.dtype == np.float64 and item.size:
@@ -108,40 +122,6 @@ def _as_matrix(item: Any) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # VPO
-
-
-def _draw_bucket_weights(
-    group_ks: np.ndarray, n_weights: int, *, alpha: float, sampler: str, rng: np.random.Generator | int | None
-) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """[(k, group indices with that k, weights (G_k, W, k))] by ascending k: one draw per distinct k."""
-    rng = np.random.default_rng(rng)
-    ks = np.asarray(group_ks, dtype=np.int64)
-    out = []
-    for k in np.unique(ks[ks > 0]):
-        sel = np.flatnonzero(ks == k)
-        out.append((int(k), sel, sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng)))
-    return out
-
-
-def draw_group_weights(
-    group_ks: Sequence[int] | np.ndarray,
-    n_weights: int = 100,
-    *,
-    alpha: float = 1.0,
-    sampler: str = "naive",
-    rng: np.random.Generator | int | None = None,
-) -> list[np.ndarray | None]:
-    """The weights `vpo_advantage` draws: one (n_weights, k_g) set per group, None where k_g < 1.
-
-    group_ks: (G,) k of each group in first-appearance order. Groups are visited by ascending k,
-    then by group order, with one vectorised draw per distinct k; the same rng state gives the
-    same weights as `vpo_advantage`.
-    """
-    out: list[np.ndarray | None] = [None] * len(group_ks)
-    for _, sel, sets in _draw_bucket_weights(np.asarray(group_ks), n_weights, alpha=alpha, sampler=sampler, rng=rng):
-        for g, w in zip(sel, sets):
-            out[g] = w
-    return out
 
 
 class _VPOScores(NamedTuple):
@@ -181,30 +161,24 @@ def _vpo_scores(
             f"{k_lo[g]} and {k_hi[g]} dimensions; k must be the same for every rollout of a prompt"
         )
     if weights is None:
-        buckets = _draw_bucket_weights(k_hi, n_weights, alpha=alpha, sampler=sampler, rng=rng)
+        buckets = draw_bucket_weights(k_hi, n_weights, alpha=alpha, sampler=sampler, rng=rng)
     else:
-        first = np.unique(codes, return_index=True)[1]
-        ids = [group_ids[i] for i in first]
-        missing = [ids[g] for g in range(n_groups) if k_hi[g] >= 1 and ids[g] not in weights]
-        if missing:
-            raise ValueError(f"weights has no entry for groups {missing[:5]}; give one (W, k) array per group id")
-        group_w = [None if k_hi[g] < 1 else np.asarray(weights[ids[g]], dtype=np.float64) for g in range(n_groups)]
-        for g, w in enumerate(group_w):
-            if w is not None and (w.ndim != 2 or w.shape[1] != k_hi[g]):
-                raise ValueError(f"weights for group {ids[g]!r} must be (W, {k_hi[g]}), got {w.shape}")
-        buckets = [(int(k), sel, np.stack([group_w[g] for g in sel])) for k in np.unique(k_hi[k_hi > 0]) for sel in [np.flatnonzero(k_hi == k)]]
+        ids = [group_ids[i] for i in np.unique(codes, return_index=True)[1]]
+        buckets = []
+        for k in np.unique(k_hi[k_hi > 0]).tolist():
+            sel = np.flatnonzero(k_hi == k)
+            missing = [ids[g] for g in sel if ids[g] not in weights]
+            if missing:
+                raise ValueError(f"weights has no entry for groups {missing[:5]}; give one (W, k) array per group id")
+            w_stack = np.stack([np.asarray(weights[ids[g]], dtype=np.float64) for g in sel])
+            if w_stack.ndim != 3 or w_stack.shape[2] != k:
+                raise ValueError(f"weights of groups with k = {k} must be (W, {k}) arrays of one W, got {w_stack.shape[1:]}")
+            buckets.append((k, sel, w_stack))
 
     raw = np.zeros(len(mats))
     pool_best = np.zeros(n_groups)
     for k, gsel, w_stack in buckets:  # one batched pass per distinct k
-        local = np.full(n_groups, -1, dtype=np.int64)
-        local[gsel] = np.arange(len(gsel))
-        rsel = np.flatnonzero(local[codes] >= 0)  # rollouts of these groups, in batch order
-        lg = local[codes[rsel]]
-        count = np.bincount(lg, minlength=len(gsel))
-        order = np.argsort(lg, kind="stable")
-        slot = np.empty(len(rsel), dtype=np.int64)
-        slot[order] = np.arange(len(rsel)) - (np.cumsum(count) - count)[lg[order]]
+        rsel, lg, slot, count = _bucket(codes, n_groups, gsel)
         m_r = rows[rsel]
         full = m_r > 0
         stacked = np.concatenate([mats[i] for i in rsel[full]])
@@ -390,28 +364,21 @@ def max_at_k_advantage(
     """
     x = _scores_vector(scores, group_ids)
     codes, n_groups = group_codes(group_ids)
-    count = np.bincount(codes, minlength=n_groups)
-    order = np.argsort(codes, kind="stable")
-    starts = np.cumsum(count) - count
-    slot = np.empty(len(x), dtype=np.int64)
-    slot[order] = np.arange(len(x)) - starts[codes[order]]
+    sizes = np.bincount(codes, minlength=n_groups)
     raw = np.zeros(len(x))
-    for n in np.unique(count):
-        n = int(n)
+    for n in np.unique(sizes).tolist():  # one batched pass per group size
         k_n = max(2, n // 2) if k is None else int(k)
         if not 1 <= k_n <= n - 1:
             raise ValueError(f"max_at_k needs 1 <= k <= n - 1, got k={k_n} for a group of n={n} rollouts; set k or the group size")
-        gsel = np.flatnonzero(count == n)
-        local = np.full(n_groups, -1, dtype=np.int64)
-        local[gsel] = np.arange(len(gsel))
-        rsel = np.flatnonzero(local[codes] >= 0)
+        gsel = np.flatnonzero(sizes == n)
+        rsel, lg, slot, _ = _bucket(codes, n_groups, gsel)
         grid = np.zeros((len(gsel), n))
-        grid[local[codes[rsel]], slot[rsel]] = x[rsel]
+        grid[lg, slot] = x[rsel]
         rank = np.argsort(grid, axis=1, kind="stable")
         ordered = np.take_along_axis(grid, rank, axis=1)
         values = np.empty_like(grid)
         np.put_along_axis(values, rank, ordered @ _max_at_k_coefficients(n, k_n).T, axis=1)
-        raw[rsel] = values[local[codes[rsel]], slot[rsel]]
+        raw[rsel] = values[lg, slot]
     _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=1)
     return (raw - mean[codes]) / (std[codes] + eps)
 
@@ -495,7 +462,7 @@ def advantage_for_method(
         adv = fn(scores, group_ids, **kwargs)
     adv = np.asarray(adv, dtype=np.float64)
     codes, n_groups = group_codes(group_ids)
-    moving = np.bincount(codes, weights=(np.abs(adv) > 1e-12).astype(float), minlength=n_groups)
+    moving = np.bincount(codes, weights=(np.abs(adv) > 1e-6).astype(float), minlength=n_groups)
     diagnostics.update(
         {
             "advantage/mean": float(adv.mean()) if len(adv) else 0.0,

@@ -25,6 +25,7 @@ Reproducibility: everything is drawn from the explicit `numpy.random.Generator` 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -137,3 +138,37 @@ def sample_weights(
     Returns: float64 array (n, k); every row is non-negative and sums to 1.
     """
     return sample_weight_sets(k, 1, n, alpha=alpha, sampler=sampler, rng=rng)[0]
+
+
+def draw_bucket_weights(
+    group_ks: np.ndarray, n_weights: int, *, alpha: float, sampler: str, rng: np.random.Generator | int | None
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """[(k, group indices with that k, weights (G_k, W, k))] by ascending k: one draw per distinct k."""
+    rng = np.random.default_rng(rng)
+    ks = np.asarray(group_ks, dtype=np.int64)
+    out = []
+    for k in np.unique(ks[ks > 0]):
+        sel = np.flatnonzero(ks == k)
+        out.append((int(k), sel, sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng)))
+    return out
+
+
+def draw_group_weights(
+    group_ks: Sequence[int] | np.ndarray,
+    n_weights: int = 100,
+    *,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+) -> list[np.ndarray | None]:
+    """The weights `vpo.advantage.vpo_advantage` draws: one (n_weights, k_g) set per group, None where k_g < 1.
+
+    group_ks: (G,) k of each group in first-appearance order. Groups are visited by ascending k,
+    then by group order, with one vectorised draw per distinct k; the same rng state gives the
+    same weights as `vpo_advantage`.
+    """
+    out: list[np.ndarray | None] = [None] * len(group_ks)
+    for _, sel, sets in draw_bucket_weights(np.asarray(group_ks), n_weights, alpha=alpha, sampler=sampler, rng=rng):
+        for g, w in zip(sel, sets):
+            out[g] = w
+    return out
