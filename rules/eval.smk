@@ -11,6 +11,7 @@ rule eval:
     params:
         data=lambda wc, input: os.path.dirname(input.test),
         preset=PRESET,
+        config=CONFIG_SNAPSHOT,
         eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),
     log:
         "logs/eval/{task}/{method}/seed{seed}/evalseed{evalseed}.log",
@@ -24,4 +25,4 @@ rule eval:
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model} --task {wildcards.task}"
         " --method {wildcards.method} --data {params.data} --seed {wildcards.evalseed} --preset {params.preset}"
-        " --out {output.pool} > {log} 2>&1"
+        " --config {params.config} --out {output.pool} > {log} 2>&1"
