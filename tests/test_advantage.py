@@ -343,3 +343,20 @@ def test_vpo_raw_scores_are_the_unnormalised_scores():
     raw = vpo_raw_scores(subs, ids, n_weights=9, sampler="sobol", rng=8)
     weights = draw_group_weights(group_ks_in_order(subs, ids), 9, sampler="sobol", rng=8)
     np.testing.assert_allclose(raw, vpo_reference(subs, ids, weights)[1], rtol=1e-12, atol=1e-12)
+
+
+def test_vpo_single_hand_numbers():
+    # weights (1, 0) and (0.5, 0.5): raw (0.2, 0.6) = (0.2 + 0.4) / 2 = 0.3; raw (0.6, 0.2) = (0.6 + 0.4) / 2 = 0.5.
+    # population std 0.1 -> advantages -0.1 / (0.1 + eps) and +0.1 / (0.1 + eps).
+    w = {"g": np.array([[1.0, 0.0], [0.5, 0.5]])}
+    adv, _ = vpo_single_advantage([[0.2, 0.6], [0.6, 0.2]], ["g", "g"], weights=w)
+    np.testing.assert_allclose(adv, [-0.1 / (0.1 + 1e-6), 0.1 / (0.1 + 1e-6)])
+
+
+def test_vpo_all_empty_group_and_k1_group():
+    adv, diag = vpo_advantage([None, "", [[0.3]], [[0.9]], [[0.3]]], ["e", "e", "k1", "k1", "k1"], rng=0)
+    assert adv[0] == 0.0 and adv[1] == 0.0
+    # k = 1: w = 1, raw = the single channel: [0.3, 0.9, 0.3], mean 0.5, population std sqrt(0.08)
+    std = math.sqrt(((0.2**2) * 2 + 0.4**2) / 3)
+    np.testing.assert_allclose(adv[2:], np.array([-0.2, 0.4, -0.2]) / (std + 1e-6))
+    assert diag["vpo/zero_std_group_frac"] == 0.5
