@@ -81,15 +81,21 @@ def _sobol_uniforms(dim: int, n_sets: int, n: int, rng: np.random.Generator) -> 
     scale = float(2**_SOBOL_BITS)
     ints = np.rint(points * scale).astype(np.int64)  # exact: Sobol points are multiples of 2**-30
     shifts = rng.integers(0, 2**_SOBOL_BITS, size=(n_sets, 1, dim), dtype=np.int64)
-    jitter = rng.random((n_sets, n, dim))
-    return ((ints[None] ^ shifts) + jitter) / scale
+    points = rng.random((n_sets, n, dim))  # the jitter inside the finest cell, then the shifted point
+    points += ints[None] ^ shifts
+    points *= 1.0 / scale
+    return points
 
 
 def _sobol(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
     if alpha == 1.0:
-        u = np.sort(_sobol_uniforms(k - 1, n_sets, n, rng), axis=-1)
-        edges = np.concatenate([np.zeros((n_sets, n, 1)), u, np.ones((n_sets, n, 1))], axis=-1)
-        return np.diff(edges, axis=-1)
+        u = _sobol_uniforms(k - 1, n_sets, n, rng)
+        u.sort(axis=-1)
+        gaps = np.empty((n_sets, n, k))  # successive differences of 0, u_(1), ..., u_(k-1), 1
+        gaps[..., 0] = u[..., 0]
+        np.subtract(u[..., 1:], u[..., :-1], out=gaps[..., 1:-1])
+        gaps[..., -1] = 1.0 - u[..., -1]
+        return gaps
     from scipy.special import gammaincinv
 
     u = np.clip(_sobol_uniforms(k, n_sets, n, rng), 1e-12, 1.0 - 1e-12)
