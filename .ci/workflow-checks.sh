@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Workflow checks for CI (run as root on Debian 12): lint, the plan of every profile, then the ci
+# preset through a real single-node Slurm, checking that every job ran as a Slurm job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+SNAKEMAKE="$REPO/.venv/bin/snakemake"
+
+echo "== snakemake --lint"
+"$SNAKEMAKE" --lint
+
+echo "== dry-runs: default (cpu preset), profiles/slurm and profiles/lsf (paper preset)"
+plan=$(mktemp -d)
+for profile in default slurm lsf; do
+  args=(); [ "$profile" = default ] || args=(--profile "$REPO/profiles/$profile")
+  total=$("$SNAKEMAKE" -n --snakefile "$REPO/workflow/Snakefile" --directory "$plan" \
+          --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" "${args[@]}" \
+          | awk '$1 == "total" {print $2; exit}')
+  echo "$profile: $total jobs planned"
+  [ -n "$total" ] && [ "$total" -gt 0 ]
+done
+rm -rf "$plan"
+
+echo "== the ci preset through a real Slurm (profiles/slurm-ci)"
+work=$(mktemp -d)
+export STATE="$work/.slurm-ci"
+bash .ci/start-slurm.sh
+trap 'bash "$REPO/.ci/stop-slurm.sh"' EXIT
+run=(--snakefile "$REPO/workflow/Snakefile" --directory "$work" --configfile "$REPO/config.yaml")
+start=$(date +%s)
+# Snakemake ignores SIGTERM while Slurm jobs are outstanding: timeout -k sends SIGKILL after 30 s.
+timeout -k 30 1200 "$SNAKEMAKE" "${run[@]}" --workflow-profile none --profile "$REPO/profiles/slurm-ci"
+echo "ci preset through Slurm: $(( $(date +%s) - start )) s"
+
+# Every rule except `all` must have run as Slurm jobs, all of them COMPLETED.
+squeue -h --states=all -o "%i %T %k" | grep " rule_" | sort -n | tee "$work/slurm-jobs.txt"
+n_jobs=$(wc -l < "$work/slurm-jobs.txt")
+n_done=$(grep -c " COMPLETED " "$work/slurm-jobs.txt" || true)
+n_logs=$(find "$work/.snakemake/slurm_logs" -name '*.log' | wc -l)
+expected=$("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci -n --forceall \
+           | awk '$1 == "total" {print $2 - 1; exit}')
+echo "slurm jobs: $n_jobs, completed: $n_done, job logs: $n_logs, workflow jobs besides 'all': $expected"
+[ "$n_jobs" -eq "$expected" ] && [ "$n_done" -eq "$expected" ] && [ "$n_logs" -eq "$expected" ]
+for rule in $("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --list-rules | grep -vx all); do
+  [ -d "$work/.snakemake/slurm_logs/rule_$rule" ] || { echo "rule $rule did not run through Slurm"; exit 1; }
+done
+for target in figures/pass_at_k.pdf figures/best_at_k.pdf figures/diversity_over_training.pdf \
+              results/tables/main_table.md; do
+  [ -s "$work/$target" ] || { echo "missing $target"; exit 1; }
+done
+cat "$work/results/tables/main_table.md"
+bash .ci/stop-slurm.sh
+trap - EXIT
+
+echo "== snakemake --report"
+"$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --report "$work/report.html"
+[ -s "$work/report.html" ]
+rm -rf "$work"
+echo "workflow checks: ok"
