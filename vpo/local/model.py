@@ -91,6 +91,7 @@ def build_tokenizer(corpus: Iterable[str], *, min_count: int = 1, extra_tokens: 
         for piece in TAG_PATTERN.split(text):
             counts.update(word for word, _ in pre.pre_tokenize_str(piece))
     specials = [PAD, BOS, EOS, UNK]
+    counts.update({str(d): min_count for d in range(10)})  # every number is spellable
     words = sorted(w for w, c in counts.items() if c >= min_count and w not in tags and w not in specials)
     vocab = {tok: i for i, tok in enumerate(specials + words)}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))

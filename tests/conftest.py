@@ -1,0 +1,43 @@
+"""Shared fixtures. The embedded-backend fixtures build a real (tiny) maze split and base model once
+per session, so the trainer, generation and evaluation tests run real code in seconds."""
+
+from __future__ import annotations
+
+import pytest
+
+# A model of a few thousand parameters and a handful of warm-start steps: enough to exercise every
+# code path (format, sampling, losses, checkpoints), not to learn the task.
+TINY_LOCAL_TRAINER = {
+    "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64, "max_positions": 512,
+    "warm_start_steps": 6, "warm_start_batch": 4,
+    "steps": 4, "prompts_per_step": 2, "rollouts_per_prompt": 3, "ppo_mini_batches": 2,
+    "max_new_tokens": {"single": 16, "multi": 40, "goal": 16},
+    "checkpoint_every": 2, "keep_checkpoints": 2, "threads": 1,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_local_settings():
+    from vpo.local.settings import LocalTrainerSettings
+
+    return LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER)
+
+
+@pytest.fixture(scope="session")
+def tiny_maze_data(tmp_path_factory):
+    """A maze split of 12 train and 3 test rows, written by the real preprocessor."""
+    from vpo.task import resolve
+
+    out = tmp_path_factory.mktemp("maze_data")
+    resolve("maze").preprocess(str(out), {"train_size": 12, "test_size": 3})
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings):
+    """A warm-started tiny base model directory (Hugging Face format) for the maze split."""
+    from vpo.local.base import build_base_model
+
+    out = tmp_path_factory.mktemp("base") / "maze"
+    build_base_model("maze", str(tiny_maze_data), str(out), tiny_local_settings, m=3, seed=0)
+    return out

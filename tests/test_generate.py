@@ -1,0 +1,95 @@
+"""Generation backends: settings translation (no vLLM needed), batched sampling correctness, vLLM e2e."""
+
+import pytest
+
+from vpo.generate import SamplingSettings, hf_generate_kwargs, vllm_sampling_kwargs
+
+
+def test_vllm_sampling_kwargs_translation():
+    s = SamplingSettings(temperature=0.7, top_p=0.95, top_k=-1, max_new_tokens=1024, seed=3)
+    assert vllm_sampling_kwargs(s, 10) == {"n": 10, "temperature": 0.7, "top_p": 0.95, "top_k": -1,
+                                           "max_tokens": 1024, "seed": 3}
+    unseeded = vllm_sampling_kwargs(SamplingSettings(top_k=20, max_new_tokens=8, seed=None), 1)
+    assert unseeded == {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 20, "max_tokens": 8}
+    with pytest.raises(ValueError, match="n must be"):
+        vllm_sampling_kwargs(s, 0)
+
+
+def test_hf_generate_kwargs_translation():
+    # transformers disables top-k with 0 (its default is 50, which would change the distribution).
+    assert hf_generate_kwargs(SamplingSettings(temperature=0.7, top_p=0.9, max_new_tokens=5)) == {
+        "do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_new_tokens": 5}
+    assert hf_generate_kwargs(SamplingSettings(temperature=0, max_new_tokens=5)) == {
+        "do_sample": False, "max_new_tokens": 5}
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=0),
+                                 dict(max_new_tokens=0)])
+def test_sampling_settings_reject_bad_values(bad):
+    with pytest.raises(ValueError):
+        SamplingSettings(**bad)
+
+
+@pytest.fixture(scope="module")
+def model_and_prompts(tiny_base_model, tiny_maze_data):
+    from vpo.generate import render_prompts
+    from vpo.local.data import read_rows
+    from vpo.local.model import load_pretrained
+    from vpo.prompts import prepare_row
+
+    model, tok = load_pretrained(tiny_base_model)
+    rows = read_rows(tiny_maze_data, "test")
+    # Single- and multi-answer prompts have different lengths, so the batch is left-padded.
+    convs = [prepare_row(rows[0], "grpo", 1, 0)["prompt"], prepare_row(rows[1], "vpo", 3, 0)["prompt"],
+             prepare_row(rows[2], "goal_cond", 1, 0)["prompt"]]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tok, convs)]
+    assert len({len(i) for i in ids}) == 3
+    return model, tok, convs, ids
+
+
+def test_batched_greedy_equals_one_at_a_time(model_and_prompts):
+    from vpo.generate import sample_responses
+
+    model, tok, _, ids = model_and_prompts
+    greedy = SamplingSettings(temperature=0, max_new_tokens=12)
+    batched = sample_responses(model, tok, ids, 2, greedy, batch_size=6)
+    single = [r for p in ids for r in sample_responses(model, tok, [p], 2, greedy, batch_size=1)]
+    assert batched == single
+    for response in batched:
+        assert 1 <= len(response) <= 12
+        assert tok.eos_token_id not in response[:-1]  # cut at the first EOS
+
+
+def test_seeded_sampling_is_reproducible(model_and_prompts):
+    from vpo.generate import sample_responses
+
+    model, tok, _, ids = model_and_prompts
+    s0 = SamplingSettings(temperature=1.0, max_new_tokens=12, seed=0)
+    a = sample_responses(model, tok, ids, 4, s0, batch_size=5)
+    b = sample_responses(model, tok, ids, 4, s0, batch_size=5)
+    c = sample_responses(model, tok, ids, 4, SamplingSettings(temperature=1.0, max_new_tokens=12, seed=1), batch_size=5)
+    assert a == b and a != c and len(a) == 12
+
+
+def test_transformers_backend_interface(model_and_prompts, tiny_base_model):
+    from vpo.generate import TransformersBackend, make_backend
+
+    _, _, convs, _ = model_and_prompts
+    backend = make_backend("transformers", tiny_base_model, progress=False, batch_size=4)
+    assert isinstance(backend, TransformersBackend)
+    out = backend.generate(convs, 3, SamplingSettings(max_new_tokens=8, seed=0))
+    assert len(out) == 3 and all(len(texts) == 3 and all(isinstance(t, str) for t in texts) for texts in out)
+    with pytest.raises(ValueError, match="unknown generation backend"):
+        make_backend("tgi", tiny_base_model)
+
+
+def test_vllm_backend_end_to_end(model_and_prompts, tiny_base_model):
+    pytest.importorskip("vllm")
+    from vpo.generate import make_backend
+
+    _, _, convs, _ = model_and_prompts
+    backend = make_backend("vllm", tiny_base_model, max_model_len=512, gpu_memory_utilization=0.2, seed=0)
+    out = backend.generate(convs, 3, SamplingSettings(max_new_tokens=8, seed=0))
+    assert len(out) == 3 and all(len(texts) == 3 for texts in out)
+    again = backend.generate(convs, 3, SamplingSettings(max_new_tokens=8, seed=0))
+    assert out == again

@@ -1,0 +1,74 @@
+"""The tiny model and word-level tokenizer: vocabulary, phrases, chat template, HF round trip."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vpo.local.model import (TAG_PATTERN, TinyModelSettings, build_model, build_tokenizer,  # noqa: E402
+                             frequent_phrases, load_pretrained, save_pretrained_atomic)
+
+PROMPTS = [
+    f"Navigate a 9x9 maze from S to E.\nS . # G\n- You have {n} steps.\n"
+    "Write your moves inside <answer></answer> tags, for example <answer>UP UP RIGHT</answer>."
+    for n in (12, 23, 7)
+]
+DEMOS = ["<answer>UP DOWN LEFT RIGHT</answer>", "<route_1>UP</route_1>\n<route_2>DOWN RIGHT</route_2>"]
+
+
+def make_tokenizer():
+    words = {w for d in DEMOS for w in TAG_PATTERN.sub(" ", d).split()}
+    return build_tokenizer(PROMPTS + DEMOS, phrases=frequent_phrases(PROMPTS, words))
+
+
+def test_phrases_keep_moves_and_numbers_apart():
+    words = {w for d in DEMOS for w in TAG_PATTERN.sub(" ", d).split()}
+    phrases = frequent_phrases(PROMPTS, words)
+    assert "Write your moves inside" in phrases
+    assert "tags, for example" in phrases
+    assert "maze from S to E." in phrases
+    # The format example is made of response words only: it must stay one token per move.
+    assert not any(p.strip() == "UP UP RIGHT" for p in phrases)
+    assert not any(ch.isdigit() for p in phrases for ch in p)
+
+
+def test_tokenizer_tags_digits_and_unknown_words():
+    tok = make_tokenizer()
+    ids = tok("<route_2> UP RIGHT </route_2> 0.35 zebra", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["<route_2>", "UP", "RIGHT", "</route_2>", "0", ".", "3", "5", "<unk>"]
+    # Moves glued to tags (the maze demonstration format) split the same way.
+    ids = tok("<answer>UP DOWN</answer>", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["<answer>", "UP", "DOWN", "</answer>"]
+    assert tok.decode(ids) == "<answer> UP DOWN </answer>"
+
+
+def test_chat_template_renders_user_turn_and_generation_prompt():
+    tok = make_tokenizer()
+    text = tok.apply_chat_template([{"role": "user", "content": "S . #"}], add_generation_prompt=True, tokenize=False)
+    assert text == "<|user|> S . # <|assistant|> "
+    assert tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"]) == [
+        "<|user|>", "S", ".", "#", "<|assistant|>"]
+
+
+def test_save_load_round_trip_gives_identical_logits(tmp_path):
+    tok = make_tokenizer()
+    settings = TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    model = build_model(len(tok), settings, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                        eos_token_id=tok.eos_token_id, seed=3)
+    out = save_pretrained_atomic(model, tok, tmp_path / "m")
+    assert not list(tmp_path.glob("*.tmp-*"))
+    loaded, tok2 = load_pretrained(out)
+    ids = torch.tensor([tok("S . # UP", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+    assert tok2.get_vocab() == tok.get_vocab()
+    assert tok2.padding_side == "left"
+    assert loaded.config.hidden_size == 32
+
+
+def test_same_seed_same_weights_and_clear_error_for_missing_dir(tmp_path):
+    tok = make_tokenizer()
+    settings = TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    a, b = (build_model(len(tok), settings, pad_token_id=0, bos_token_id=1, eos_token_id=2, seed=5) for _ in range(2))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    with pytest.raises(FileNotFoundError, match="vpo base-model"):
+        load_pretrained(tmp_path / "nothing")
