@@ -105,7 +105,8 @@ def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: b
         rows.append(cells)
     seeds = sorted({int(table[f"{t}_n_seeds"].min()) for t in tasks})
     caption = (f"best@{best_at} on the task scalar and reward-space diversity of the evaluation pool "
-               f"(mean pairwise L1), mean ± standard error over {'/'.join(map(str, seeds))} training seeds.")
+               f"(mean pairwise L1), mean ± standard error over {'/'.join(map(str, seeds))} training "
+               f"seed{'' if seeds == [1] else 's'}{' (one seed: no standard error)' if seeds == [1] else ''}.")
     return render(header, rows, latex=latex, caption=caption)
 
 
