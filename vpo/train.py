@@ -57,11 +57,6 @@ def versions() -> dict:
 
 def check_inputs(args, backend: str) -> None:
     """Fail in seconds, before any model loads, on missing data / base model or unknown names."""
-    from vpo.methods import get_method
-    from vpo.task import resolve
-
-    resolve(args.task)
-    get_method(args.method)
     if not (Path(args.data) / "train.parquet").is_file():
         raise SystemExit(f"error: {args.data}/train.parquet not found; run `vpo preprocess --task {args.task} "
                          f"--out {args.data}` first")
@@ -76,7 +71,11 @@ def check_inputs(args, backend: str) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     from vpo.config import method_settings, task_settings
+    from vpo.methods import get_method
+    from vpo.task import resolve
 
+    resolve(args.task)  # unknown names fail before the config is read
+    get_method(args.method)
     cfg, settings, digest = load_run_config(args.config, args.preset, task=args.task, method=args.method)
     backend = args.backend or cfg["backend"]
     check_inputs(args, backend)

@@ -138,6 +138,7 @@ def train_local(spec: RunSpec) -> dict:
         np_rng.bit_generator.state = state["numpy_rng"]
         start_step = int(state["step"])
         log.warning("resuming %s from checkpoint step %d", out, start_step)
+    out.mkdir(parents=True, exist_ok=True)
     ckpt.truncate_metrics(metrics_path, start_step)
     policy.train()
 
@@ -188,7 +189,7 @@ def train_local(spec: RunSpec) -> dict:
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
             optimizer.step()
             for key, value in zip(stats, (pg_loss, kl, ent, clipfrac, ppo_kl, grad_norm)):
-                stats[key].append(float(value))
+                stats[key].append(float(value.detach()) if torch.is_tensor(value) else float(value))
 
         record = {
             "step": step,
@@ -202,7 +203,7 @@ def train_local(spec: RunSpec) -> dict:
             "advantage/max": float(np.max(advantages)),
             "advantage/min": float(np.min(advantages)),
             "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
-            **{f"diag/{k}": float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
+            **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
             "parse_failure_rate": float(failures.mean()),
             "response_length_mean": float(mask.sum(1).mean()),
             **{key: float(np.mean(values)) for key, values in stats.items()},
