@@ -1,0 +1,157 @@
+"""The embedded trainer end to end at tiny sizes: run files, determinism, kill-and-resume, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+
+from conftest import TINY_LOCAL_TRAINER  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TIMING_KEYS = {"generation_s", "step_s", "wall_time_s"}
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    """The repository's config.yaml with the ci preset's local_trainer block set to tiny sizes."""
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    raw["presets"]["ci"]["local_trainer"] = dict(TINY_LOCAL_TRAINER)
+    path = tmp_path_factory.mktemp("cfg") / "config.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def train_args(cfg, data, base, out, method="grpo", seed=0):
+    return ["train", "--backend", "local", "--task", "maze", "--method", method, "--seed", str(seed),
+            "--preset", "ci", "--config", str(cfg), "--data", str(data), "--base-model", str(base), "--out", str(out)]
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def strip_timing(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+@pytest.mark.parametrize("method", ["grpo", "vpo"])
+def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tiny_base_model, tmp_path):
+    from vpo.cli import main
+    from vpo.local.model import load_pretrained
+    from vpo.task import resolve
+
+    out = tmp_path / "run"
+    assert main(train_args(tiny_config, tiny_maze_data, tiny_base_model, out, method)) == 0
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    objectives = resolve("maze").objective_names
+    for r in records:
+        assert {"pool_diversity", "score_mean", "parse_failure_rate", "entropy", "wall_time_s", "kl",
+                "advantage/mean", "advantage/std"} <= set(r)
+        assert all(f"reward/{name}" in r for name in objectives)
+        assert 0.0 <= r["score_mean"] <= 1.0 and r["pool_diversity"] >= 0.0
+    if method == "vpo":
+        assert "vpo/pool_expected_best_mean" in records[0]
+    # keep_checkpoints = 2 of steps 2 and 4; the final model loads with from_pretrained.
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["final", "step_2", "step_4"]
+    load_pretrained(out / "checkpoints" / "final")
+    info = json.loads((out / "train.json").read_text())
+    assert {"backend", "task", "method", "seed", "preset", "steps", "wall_time_s", "config_hash", "versions"} <= set(info)
+    assert (info["backend"], info["method"], info["steps"], info["resumed_from_step"]) == ("local", method, 4, 0)
+    # train.json is the last file written
+    newest_other = max(p.stat().st_mtime for p in out.rglob("*") if p.is_file() and p.name != "train.json")
+    assert (out / "train.json").stat().st_mtime >= newest_other
+
+
+def test_same_seed_same_metrics_and_seed_changes_them(tiny_maze_data, tiny_base_model, tiny_local_settings, tmp_path):
+    from vpo.local.trainer import RunSpec, train_local
+
+    def run(name, seed):
+        spec = RunSpec("maze", "vpo", seed, str(tiny_maze_data), str(tiny_base_model), str(tmp_path / name),
+                       tiny_local_settings, {"n_weights": 20}, m=3)
+        train_local(spec)
+        return strip_timing(read_metrics(tmp_path / name))
+
+    a, b, c = run("a", 0), run("b", 0), run("c", 1)
+    assert a == b
+    assert a != c
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_latest_checkpoint(tiny_config, tiny_maze_data, tiny_base_model, tmp_path):
+    """A subprocess killed (SIGKILL) after its first checkpoint resumes from it and ends complete,
+    with the same metrics as an uninterrupted run."""
+    from vpo.cli import main
+    from vpo.local.checkpoint import checkpoint_steps
+
+    raw = yaml.safe_load(tiny_config.read_text())
+    raw["presets"]["ci"]["local_trainer"].update(steps=8, checkpoint_every=2)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+    killed = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "vpo.cli", *train_args(cfg, tiny_maze_data, tiny_base_model, killed)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not checkpoint_steps(killed / "checkpoints") and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "train.json").exists(), "the run finished before it could be killed"
+    at_kill = checkpoint_steps(killed / "checkpoints")
+    assert at_kill and at_kill[-1] < 8
+
+    assert main(train_args(cfg, tiny_maze_data, tiny_base_model, killed)) == 0
+    info = json.loads((killed / "train.json").read_text())
+    assert 2 <= info["resumed_from_step"] < 8 and info["resumed_from_step"] >= at_kill[-1]
+    assert (killed / "checkpoints" / "final" / "config.json").is_file()
+
+    fresh = tmp_path / "fresh"
+    assert main(train_args(cfg, tiny_maze_data, tiny_base_model, fresh)) == 0
+    resumed = strip_timing(read_metrics(killed))
+    assert [r["step"] for r in resumed] == list(range(1, 9))
+    assert resumed == strip_timing(read_metrics(fresh))
+
+
+def test_bad_input_fails_before_training(tiny_config, tiny_maze_data, tiny_base_model, tmp_path):
+    from vpo.cli import main
+
+    with pytest.raises(SystemExit, match="vpo base-model"):
+        main(train_args(tiny_config, tiny_maze_data, tmp_path / "no_model", tmp_path / "r"))
+    with pytest.raises(SystemExit, match="vpo preprocess"):
+        main(train_args(tiny_config, tmp_path / "no_data", tiny_base_model, tmp_path / "r"))
+    with pytest.raises(ValueError, match="unknown method"):
+        main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="ppo_typo"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_local_trainer_key_is_named():
+    from vpo.local.settings import LocalTrainerSettings
+
+    with pytest.raises(ValueError, match="lerning_rate"):
+        LocalTrainerSettings.from_dict({"lerning_rate": 1.0})
+    with pytest.raises(ValueError, match="divisible"):
+        LocalTrainerSettings.from_dict({"prompts_per_step": 3, "ppo_mini_batches": 2})
+
+
+def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_data, tmp_path):
+    from vpo.cli import main
+    from vpo.local.model import load_pretrained
+
+    out = tmp_path / "base"
+    assert main(["base-model", "--task", "maze", "--data", str(tiny_maze_data), "--preset", "ci",
+                 "--config", str(tiny_config), "--out", str(out)]) == 0
+    info = json.loads((out / "base.json").read_text())
+    assert info["parameters"] > 0 and info["settings"]["hidden_size"] == TINY_LOCAL_TRAINER["hidden_size"]
+    assert {"single/success_rate", "multi/success_rate"} <= set(info["sampled"])
+    model, tok = load_pretrained(out)
+    assert model.config.vocab_size == len(tok)
