@@ -158,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.preset)
     settings = task_settings(cfg, args.task)
     backend = args.backend or ("transformers" if cfg["backend"] == "local" else "vllm")
+    threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
+    if backend == "transformers" and threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)  # parallel CPU jobs must not oversubscribe the cores
     train_seed = args.train_seed if args.train_seed is not None else parse_train_seed(args.model)
     payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
                        eval_settings=settings["eval"], m=int(settings["m"]), train_seed=train_seed,
