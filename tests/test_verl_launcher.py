@@ -51,11 +51,14 @@ def test_every_paper_cell_composes_and_validates(paper_cfg, launcher, tmp_path, 
     from vpo.config import deep_merge
     from vpo.methods import get_method
 
+    from hydra import compose, initialize_config_dir
+
     cfg = deep_merge(paper_cfg, {"verl": {"gpus": gpus}})
     assert len(_cells(cfg)) == 45
     for task, method in _cells(cfg):
         command = launcher.build_command(cfg, task, method, 1, tmp_path / task / method, tmp_path / "data" / task)
-        config = _compose(command.overrides)
+        with initialize_config_dir(config_dir=str(REPO / "verl" / "config"), version_base=None):
+            config = compose(config_name="vpo_trainer", overrides=list(command.overrides))
         validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
         spec, tset = get_method(method), cfg["task_settings"][task]
         assert config.algorithm.adv_estimator == command.estimator
@@ -67,6 +70,9 @@ def test_every_paper_cell_composes_and_validates(paper_cfg, launcher, tmp_path, 
         assert config.trainer.project_name == f"vpo_{task}"
         assert config.trainer.experiment_name == f"{method}_{task}_seed1"
         assert config.reward.custom_reward_function.path == "pkg://vpo.verl_ext.reward"
+        env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars  # Ray takes only strings
+        assert env_vars.TOKENIZERS_PARALLELISM == "false" and all(isinstance(v, str) for v in env_vars.values())
+        assert env_vars.WANDB_RUN_ID == command.env["WANDB_RUN_ID"]
         expected_preset = "smoke_1gpu" if gpus == 1 else ("7b_8b" if task in ("eureqa", "lcb") else "up_to_4b")
         assert command.batch_preset == expected_preset, (task, command.model)
         if method in ("vpo", "vpo_single"):

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -123,6 +124,13 @@ def _override_value(value: Any) -> str:
     return str(value)
 
 
+def _quoted(text: str) -> str:
+    """A Hydra override value that stays a string."""
+    if "'" in text:
+        raise PreflightError(f"a path or value with a single quote cannot be passed to veRL: {text!r}")
+    return f"'{text}'"
+
+
 def run_name(task: str, method: str, seed: int) -> str:
     return f"{method}_{task}_seed{seed}"
 
@@ -205,7 +213,8 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         env["WANDB_ENTITY"] = str(wandb["entity"])
     for key in ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
                 "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
-        overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={env[key]}")
+        # quoted: Ray accepts only strings, and Hydra would turn `false` or `1e5` into a bool or float
+        overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
     overrides += [str(o) for o in settings.get("overrides") or []]
 
     argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
@@ -397,6 +406,7 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
         print(f"[vpo] veRL exited with status {result.returncode}; checkpoints are kept in {out / 'checkpoints'} "
               "and the next run resumes from them", file=sys.stderr)
         return result.returncode
+    shutil.rmtree(command.env["RAY_TMPDIR"], ignore_errors=True)  # kept after a failure, for its logs
     steps = convert_metrics(out)
     latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     if latest.is_file():
