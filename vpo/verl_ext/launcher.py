@@ -147,7 +147,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
     gpus = int(settings["gpus"] or tset.get("gpus") or 1)
     model = str(tset["model"])
-    if model.startswith(("~", ".", "/")):
+    if model.startswith(("~", ".", "/")) or Path(model).expanduser().exists():  # a local directory
         model = str(Path(model).expanduser().resolve())
     preset_name, batch = choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
@@ -381,20 +381,25 @@ def write_train_json(out_dir, payload: Mapping[str, Any]) -> Path:
 
 def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
                print_command: bool = False) -> int:
-    """Train one cell with veRL; returns the exit status (0 = trained, train.json written).
+    """Train one cell with veRL; returns the exit status (0 = trained, train.json written; 2 = the
+    preflight rejected the cell, with the reason on stderr; else veRL's status).
 
     print_command: print the veRL command line (environment first) and return 0 without running
     or checking the GPU-side files.
     """
     from vpo.config import cell_settings, settings_digest
 
-    check_cell(cfg, task, method)
-    command = build_command(cfg, task, method, int(seed), out_dir, data_dir)
-    if print_command:
-        print(command.shell())
-        return 0
     started = time.time()
-    preflight(cfg, task, method, command)
+    try:
+        check_cell(cfg, task, method)
+        command = build_command(cfg, task, method, int(seed), out_dir, data_dir)
+        if print_command:
+            print(command.shell())
+            return 0
+        preflight(cfg, task, method, command)
+    except PreflightError as err:
+        print(f"error: preflight failed for {run_name(task, method, seed)}: {err}", file=sys.stderr)
+        return 2
     out = command.out_dir
     for sub in ("logs", "checkpoints", ".cache/datasets"):
         (out / sub).mkdir(parents=True, exist_ok=True)
