@@ -192,9 +192,12 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
                 "uid": f"{estimator}{uid}",
             }
         )
-    tags = [{"status": "success"} for _ in keys]
-    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(rows), tags=tags)
-    batch = KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+    # stored in one order, trained in another (veRL balances batches across ranks by reordering keys)
+    put_order = [6, 2, 0, 5, 1, 4, 3]
+    tq.kv_batch_put(keys=[keys[i] for i in put_order], partition_id="train",
+                    fields=list_of_dict_to_tensordict([rows[i] for i in put_order]),
+                    tags=[{"status": "success"} for _ in keys])
+    batch = KVBatchMeta(keys=keys, tags=[{"status": "success"} for _ in keys], partition_id="train")
 
     trainer = object.__new__(ext.VPOTrainerSync)  # the real method, without starting workers
     trainer.config = config
@@ -233,3 +236,24 @@ def test_trainer_behaves_as_sync(verl_config):
         pass
     assert seen.get("mode") == "sync"
     assert config.trainer.v1.trainer_mode == "sync"
+
+
+def test_maxrl_through_verl_matches_the_formula_by_hand(verl_config):
+    """Independent of vpo.advantage: A = (r - mean_g) / (mean_g + 1e-6), 0 where mean_g = 0."""
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import vpo.verl_ext as ext
+
+    scores = np.array([0.0, 0.5, 1.0, 0.5, 0.0, 0.0, 0.0])
+    uids = ["g", "g", "g", "g", "h", "h", "h"]  # group h scores all 0 -> advantage 0
+    mean_g = 0.5
+    expected = [(r - mean_g) / (mean_g + 1e-6) for r in scores[:4]] + [0.0, 0.0, 0.0]
+    rewards, mask = torch.zeros(7, 4), torch.ones(7, 4)
+    rewards[:, -1] = torch.tensor(scores, dtype=torch.float32)
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                               non_tensors={"uid": np.array(uids, dtype=object)})
+    rollouts = ext.stage_from_extra_info([{"score": float(s), "sub_scores": "[]"} for s in scores])
+    with ext.staged(rollouts):
+        out = compute_advantage(data, adv_estimator="maxrl", config=verl_config.algorithm)
+    np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), expected, rtol=1e-6, atol=1e-6)
