@@ -65,10 +65,10 @@ def group_pool_diversity(sub_scores: list[np.ndarray], group_ids: np.ndarray) ->
     return float(np.mean(values)) if values else 0.0
 
 
-def prepare_rows(rows: list[dict], method: str, m: int, seed: int) -> list[dict]:
+def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float = 1.0) -> list[dict]:
     from vpo.prompts import prepare_row
 
-    return [prepare_row(row, method, m, seed) for row in rows]
+    return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
 
 
 def score_rollouts(task, rows: list[dict], texts: list[str], m: int):
@@ -109,7 +109,8 @@ def train_local(spec: RunSpec) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
-    rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed)
+    rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
+                        alpha=float(spec.method_settings.get("alpha", 1.0)))
     policy, tokenizer = load_pretrained(spec.base_model)
     reference, _ = load_pretrained(spec.base_model)
     reference.eval().requires_grad_(False)
