@@ -115,3 +115,8 @@ def test_deep_merge_and_digests():
     assert settings_digest(vpo) != settings_digest(grpo)
     changed = resolve_config(cfg, overrides={"task_settings": {"tool": {"epochs": 3}}})
     assert settings_digest(cell_settings(changed, "maze", "vpo")) == settings_digest(vpo)
+    # evaluation settings re-evaluate a cell but never retrain it
+    changed = resolve_config(cfg, overrides={"task_settings": {"maze": {"eval": {"max_new_tokens": 7}}}})
+    assert settings_digest(cell_settings(changed, "maze", "vpo")) == settings_digest(vpo)
+    changed = resolve_config(cfg, overrides={"task_settings": {"maze": {"m": 4}}})
+    assert settings_digest(cell_settings(changed, "maze", "vpo")) != settings_digest(vpo)

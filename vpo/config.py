@@ -170,11 +170,14 @@ def method_settings(cfg: Mapping[str, Any], method: str) -> dict[str, Any]:
 
 
 def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    """Everything that determines one trained cell, so a change to it (and only it) retrains it."""
+    """Everything that determines one trained cell, so a change to it (and only it) retrains it.
+
+    Evaluation settings are left out: changing them re-evaluates, it does not retrain.
+    """
     trainer_block = "local_trainer" if cfg["backend"] == "local" else "verl"
     return {
         "backend": cfg["backend"],
-        "task": task_settings(cfg, task),
+        "task": {key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
         "method": method_settings(cfg, method),
         "trainer": cfg.get(trainer_block, {}),
     }
