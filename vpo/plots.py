@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ def panel_grid(n_panels: int):
 
     ncols = min(n_panels, 3)
     nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows + 0.9), squeeze=False)
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n_panels])
@@ -57,6 +58,8 @@ def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None) ->
 
 def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) -> None:
     """Shared legend below the panels, a suptitle with the seed count; save via a temporary name."""
+    from matplotlib.ticker import MaxNLocator
+
     handles, labels = axes[0].get_legend_handles_labels()
     for ax in axes[1:]:
         for h, label in zip(*ax.get_legend_handles_labels()):
@@ -66,7 +69,11 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) 
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), frameon=False)
     seeds = "/".join(str(n) for n in sorted(n_seeds))
     band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
-    fig.suptitle(f"{title} (mean over {seeds} training seeds; {band})", fontsize=11)
+    plural = "" if n_seeds == {1} else "s"
+    note = textwrap.fill(f"mean over {seeds} training seed{plural}; {band}", width=55 * min(len(axes), 3))
+    fig.suptitle(f"{title}\n{note}", fontsize=10)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     rows = math.ceil(len(axes) / 3)
     fig.tight_layout(rect=(0, 0.1 / rows + 0.02, 1, 1))
     out = Path(out)
