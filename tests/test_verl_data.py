@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("verl")
+pytestmark = pytest.mark.slow  # real veRL imports (about 12 s per process)
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("verl")
+pytestmark = pytest.mark.slow  # real veRL imports (about 12 s per process)
 
 REPO = Path(__file__).resolve().parents[1]
 
