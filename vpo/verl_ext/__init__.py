@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from vpo.metrics import group_pool_diversity
+
 # veRL estimator name -> vpo method whose advantage it computes. grpo, goal_cond and random_weight
 # train with veRL's own `grpo` estimator (same z-score); their differences live in the reward and
 # the prompt, not in the estimator.
@@ -207,32 +209,10 @@ def register_estimators() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _pool_diversity(vectors: np.ndarray) -> float:
-    """Mean pairwise L1 distance of (n, k) reward vectors (vpo.metrics.diversity), 0 if n < 2."""
-    try:
-        from vpo.metrics import diversity
-    except ImportError:  # same definition, for an engine without the metrics module
-        n = len(vectors)
-        if n < 2:
-            return 0.0
-        dists = np.abs(vectors[:, None, :] - vectors[None, :, :]).sum(-1)
-        return float(dists[np.triu_indices(n, 1)].mean())
-    return float(diversity(vectors))
-
-
 def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, float]:
     """`vpo/pool_diversity`, `vpo/reward/<channel>` means and the estimator's diagnostics."""
     metrics: dict[str, float] = {}
-    pools: dict[str, list[np.ndarray]] = {}
-    for uid, matrix in zip(group_ids, rollouts.sub_scores):
-        if matrix is not None:
-            pools.setdefault(str(uid), []).append(matrix)
-    per_group = []
-    for matrices in pools.values():
-        widths = {m.shape[1] for m in matrices}
-        if len(widths) == 1:
-            per_group.append(_pool_diversity(np.concatenate(matrices, axis=0)))
-    metrics["vpo/pool_diversity"] = float(np.mean(per_group)) if per_group else 0.0
+    metrics["vpo/pool_diversity"] = group_pool_diversity(rollouts.sub_scores, [str(uid) for uid in group_ids])
     channels: dict[str, list[float]] = {}
     for info in rollouts.extras:
         for key, value in info.items():
