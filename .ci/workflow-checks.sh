@@ -15,7 +15,7 @@ for profile in default slurm lsf; do
   args=(); [ "$profile" = default ] || args=(--profile "$REPO/profiles/$profile")
   total=$("$SNAKEMAKE" -n --snakefile "$REPO/workflow/Snakefile" --directory "$plan" \
           --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" "${args[@]}" \
-          | awk '$1 == "total" {print $2; exit}')
+          | awk '$1 == "total" && !seen {print $2; seen = 1}')
   echo "$profile: $total jobs planned"
   [ -n "$total" ] && [ "$total" -gt 0 ]
 done
@@ -38,7 +38,7 @@ n_jobs=$(wc -l < "$work/slurm-jobs.txt")
 n_done=$(grep -c " COMPLETED " "$work/slurm-jobs.txt" || true)
 n_logs=$(find "$work/.snakemake/slurm_logs" -name '*.log' | wc -l)
 expected=$("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci -n --forceall \
-           | awk '$1 == "total" {print $2 - 1; exit}')
+           | awk '$1 == "total" && !seen {print $2 - 1; seen = 1}')
 echo "slurm jobs: $n_jobs, completed: $n_done, job logs: $n_logs, workflow jobs besides 'all': $expected"
 [ "$n_jobs" -eq "$expected" ] && [ "$n_done" -eq "$expected" ] && [ "$n_logs" -eq "$expected" ]
 for rule in $("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --list-rules | grep -vx all); do

@@ -10,7 +10,7 @@ for profile in default slurm lsf; do
   args=(); [ "$profile" = default ] || args=(--profile "$REPO/profiles/$profile")
   start=$(date +%s%N)
   jobs=$("$SNAKEMAKE" -n --snakefile "$REPO/workflow/Snakefile" --directory "$work" --configfile "$REPO/config.yaml" \
-         --workflow-profile "$REPO/profiles/default" "${args[@]}" | awk '$1 == "total" {print $2; exit}')
+         --workflow-profile "$REPO/profiles/default" "${args[@]}" | awk '$1 == "total" && !seen {print $2; seen = 1}')
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   printf "%-10s %-8s %d.%02d\n" "$profile" "$jobs" $((ms / 1000)) $((ms % 1000 / 10))
 done
