@@ -32,7 +32,7 @@ class LocalTrainerSettings:
     prompts_per_step: int = 8  # prompts per step (veRL train_batch_size)
     rollouts_per_prompt: int = 8  # group size G (veRL rollout.n)
     ppo_mini_batches: int = 2  # optimizer updates per step (batch / ppo_mini_batch_size)
-    lr: float = 1e-3  # AdamW learning rate, constant, no warmup (tiny models take large steps)
+    lr: float = 5e-4  # AdamW learning rate, constant, no warmup (tiny models take large steps)
     weight_decay: float = 0.01  # AdamW weight decay
     grad_clip: float = 1.0  # max gradient norm
     clip_ratio: float = 0.2  # PPO clip, low and high
