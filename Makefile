@@ -22,7 +22,13 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
 # Snakemake decides what is stale; make only makes sure the environment exists.
-figures/% results/% report.html: $(STAMP) FORCE
+figures/%: $(STAMP) FORCE
 	$(VENV)/bin/snakemake $@
+
+results/%: $(STAMP) FORCE
+	$(VENV)/bin/snakemake $@
+
+report.html: $(STAMP) FORCE
+	$(VENV)/bin/snakemake --report $@
 
 FORCE:

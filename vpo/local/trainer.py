@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vpo.local import checkpoint as ckpt
+from vpo.metrics import group_pool_diversity
 from vpo.local.settings import LocalTrainerSettings
 
 log = logging.getLogger("vpo.local.trainer")
@@ -52,17 +53,6 @@ def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
     epoch, slot = divmod(step - 1, per_epoch)
     order = np.random.default_rng([seed, 0, epoch]).permutation(n_rows)
     return [int(i) for i in order[slot * batch:(slot + 1) * batch]]
-
-
-def group_pool_diversity(sub_scores: list[np.ndarray], group_ids: np.ndarray) -> float:
-    """Mean over groups of the reward-space diversity of the group's pooled answer rows."""
-    from vpo.metrics import diversity
-
-    values = []
-    for gid in np.unique(group_ids):
-        rows = [s for s, g in zip(sub_scores, group_ids) if g == gid and s.size]
-        values.append(diversity(np.concatenate(rows, axis=0)) if rows else 0.0)
-    return float(np.mean(values)) if values else 0.0
 
 
 def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float = 1.0) -> list[dict]:
