@@ -66,7 +66,9 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) 
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), frameon=False)
+    ncol = min(len(labels), 2 * min(len(axes), 3))  # two legend entries fit under each panel
+    legend_rows = math.ceil(len(labels) / ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
     seeds = "/".join(str(n) for n in sorted(n_seeds))
     band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
     plural = "" if n_seeds == {1} else "s"
@@ -75,7 +77,7 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) 
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     rows = math.ceil(len(axes) / 3)
-    fig.tight_layout(rect=(0, 0.1 / rows + 0.02, 1, 1))
+    fig.tight_layout(rect=(0, (0.02 + 0.07 * legend_rows) / rows, 1, 1))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
