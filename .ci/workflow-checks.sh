@@ -17,7 +17,7 @@ for profile in default slurm lsf; do
           --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" "${args[@]}" \
           | awk '$1 == "total" && !seen {print $2; seen = 1}')
   echo "$profile: $total jobs planned"
-  [ -n "$total" ] && [ "$total" -gt 0 ]
+  [[ -n "$total" && "$total" -gt 0 ]] || { echo "profile $profile planned no jobs"; exit 1; }
 done
 rm -rf "$plan"
 
@@ -40,7 +40,8 @@ n_logs=$(find "$work/.snakemake/slurm_logs" -name '*.log' | wc -l)
 expected=$("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci -n --forceall \
            | awk '$1 == "total" && !seen {print $2 - 1; seen = 1}')
 echo "slurm jobs: $n_jobs, completed: $n_done, job logs: $n_logs, workflow jobs besides 'all': $expected"
-[ "$n_jobs" -eq "$expected" ] && [ "$n_done" -eq "$expected" ] && [ "$n_logs" -eq "$expected" ]
+# (one test: under set -e a failure early in an && list would not stop the script)
+[[ "$n_jobs" -eq "$expected" && "$n_done" -eq "$expected" && "$n_logs" -eq "$expected" ]] || { echo "not every job ran through Slurm"; exit 1; }
 for rule in $("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --list-rules | grep -vx all); do
   [ -d "$work/.snakemake/slurm_logs/rule_$rule" ] || { echo "rule $rule did not run through Slurm"; exit 1; }
 done
