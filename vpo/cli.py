@@ -21,7 +21,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregate": ("vpo.aggregate", "collect every cell's eval results into one table with seed statistics"),
     "table": ("vpo.tables", "write a paper table (csv, md, tex) from aggregated results"),
     "plot": ("vpo.plots", "draw a paper figure from aggregated results"),
-    "evolve": ("vpo.evolve", "evolutionary search with a trained model as the mutation operator"),
     "install-profile": ("vpo.profiles", "copy profiles/slurm or profiles/lsf into ~/.config/snakemake (never overwrites)"),
 }
 
