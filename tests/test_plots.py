@@ -3,7 +3,6 @@
 import json
 import math
 
-import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 

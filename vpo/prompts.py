@@ -85,12 +85,13 @@ def rewrite_prompt(messages: Sequence[dict[str, Any]], *, mode: str, m: int, tas
     return out
 
 
-def _plain(value: Any) -> Any:
-    """Deep copy with numpy arrays and scalars turned into lists and Python numbers."""
+def to_plain(value: Any) -> Any:
+    """Deep copy with numpy arrays and scalars turned into lists and Python numbers
+    (what a parquet record read by pandas holds)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
+        return [to_plain(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return copy.deepcopy(value)
@@ -107,7 +108,7 @@ def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *, a
     from vpo.methods import get_method  # the method table imports nothing heavy, but stays lazy
 
     method = get_method(method)
-    out = _plain(dict(row))
+    out = to_plain(dict(row))
     task = resolve(out["data_source"])
     m = int(m if m is not None else task.default_m) if method.multi_answer else 1
     extra = out.get("extra_info") or {}

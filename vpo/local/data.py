@@ -4,20 +4,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-
-def to_plain(value: Any) -> Any:
-    """numpy arrays/scalars inside a parquet record -> lists and Python scalars, recursively."""
-    if isinstance(value, dict):
-        return {k: to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [to_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+from vpo.prompts import to_plain
 
 
 def split_path(data_dir: str | os.PathLike, split: str) -> Path:
