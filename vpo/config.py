@@ -18,6 +18,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from vpo.atomic import write_text_atomic
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = "config.yaml"
@@ -195,8 +197,5 @@ def write_config(cfg: Mapping[str, Any], path: str | os.PathLike) -> bool:
     text = yaml.safe_dump(dict(cfg), sort_keys=False, default_flow_style=None, width=110)
     if path.exists() and path.read_text() == text:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
     return True

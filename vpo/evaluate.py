@@ -114,7 +114,7 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
              n_problems: int | None = None, batch_size: int = 256, alpha: float = 1.0) -> dict:
     """Sample, score and write `<out>` (parquet) and its `.json`; returns the JSON payload."""
     from vpo.generate import SamplingSettings, make_backend
-    from vpo.local.checkpoint import write_json_atomic
+    from vpo.atomic import write_json_atomic
     from vpo.local.data import read_rows
     from vpo.methods import get_method
     from vpo.prompts import prepare_row

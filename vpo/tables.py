@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
+
+from vpo.atomic import write_text_atomic
 
 METHOD_LABELS = {
     "grpo": "GRPO", "gdpo": "GDPO", "maxrl": "MaxRL", "max_at_k": "Max-at-K", "multi_rlvr": "Multi-RLVR",
@@ -123,23 +124,15 @@ def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool) ->
     return render(header, rows, latex=latex, caption=caption)
 
 
-def write_text(text: str, path: str | os.PathLike) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_outputs(frame: pd.DataFrame, md: str, tex: str, outputs: list[str]) -> None:
     for path in outputs:
         suffix = Path(path).suffix
         if suffix == ".csv":
-            write_text(frame.to_csv(index=False), path)
+            write_text_atomic(path, frame.to_csv(index=False))
         elif suffix == ".md":
-            write_text(md, path)
+            write_text_atomic(path, md)
         elif suffix == ".tex":
-            write_text(tex, path)
+            write_text_atomic(path, tex)
         else:
             raise ValueError(f"{path}: unknown table format {suffix!r}; use .csv, .md or .tex")
 

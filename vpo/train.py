@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return int(train_cell(cfg, args.task, args.method, args.seed, args.out, args.data,
                               print_command=args.print_command) or 0)
 
-    from vpo.local.checkpoint import write_json_atomic
+    from vpo.atomic import write_json_atomic
     from vpo.local.trainer import RunSpec, train_local
 
     t0 = time.time()

@@ -96,7 +96,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
     """Build tokenizer + model, warm-start it, save to out_dir; returns the base.json payload."""
     import torch
 
-    from vpo.local.checkpoint import write_json_atomic
+    from vpo.atomic import write_json_atomic
     from vpo.local.data import read_rows
     from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases,
                                  save_pretrained_atomic)

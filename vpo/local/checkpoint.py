@@ -14,6 +14,8 @@ import re
 import shutil
 from pathlib import Path
 
+from vpo.atomic import write_text_atomic
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -88,16 +90,3 @@ def truncate_metrics(path: str | os.PathLike, last_step: int) -> int:
             kept.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in kept))
     return len(kept)
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, payload: dict) -> Path:
-    return write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")

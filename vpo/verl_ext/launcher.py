@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from vpo.atomic import write_json_atomic, write_text_atomic
+
 VERL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "verl" / "config"
 CONFIG_NAME = "vpo_trainer"
 
@@ -352,10 +354,7 @@ def convert_metrics(out_dir) -> int:
             elif not key.startswith("vpo/"):
                 row[key] = value
         rows.append(row)
-    target = out_dir / "metrics.jsonl"
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text("".join(json.dumps(r, default=float) + "\n" for r in rows))
-    os.replace(tmp, target)
+    write_text_atomic(out_dir / "metrics.jsonl", "".join(json.dumps(r, default=float) + "\n" for r in rows))
     return len(rows)
 
 
@@ -372,11 +371,7 @@ def _versions() -> dict[str, str]:
 
 
 def write_train_json(out_dir, payload: Mapping[str, Any]) -> Path:
-    target = Path(out_dir) / "train.json"
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(dict(payload), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)
-    return target
+    return write_json_atomic(Path(out_dir) / "train.json", dict(payload))
 
 
 def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
