@@ -13,20 +13,19 @@ from hypothesis import strategies as st
 from vpo.advantage import (
     ESTIMATORS,
     advantage_for_method,
-    draw_group_weights,
     gdpo_advantage,
     get_estimator,
     grpo_advantage,
     max_at_k_advantage,
     maxrl_advantage,
-    multi_rlvr_scalar,
     register_estimator,
     vpo_advantage,
     vpo_raw_scores,
     vpo_single_advantage,
-    weighted_scalar,
 )
 from vpo.methods import METHODS
+from vpo.reward import multi_rlvr_scalar, weighted_scalar
+from vpo.weights import draw_group_weights
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 from vpo.advantage import ESTIMATORS
 from vpo.methods import METHODS, Method, get_method
 
-# (name, estimator, multi_answer, reward, prompt), transcribed from DESIGN.md section 3
+# (name, estimator, multi_answer, reward, prompt), transcribed from DESIGN.md section 3; vpo_single
+# names its own registered estimator (VPO on one answer per rollout) so the table alone picks it.
 DESIGN_TABLE = [
     ("grpo", "grpo", False, "scalar", "single"),
     ("gdpo", "gdpo", False, "channels", "single"),
@@ -17,7 +18,7 @@ DESIGN_TABLE = [
     ("max_at_k", "max_at_k", False, "scalar", "single"),
     ("multi_rlvr", "grpo", True, "sum", "multi"),
     ("vpo", "vpo", True, "matrix", "multi"),
-    ("vpo_single", "vpo", False, "matrix", "single"),
+    ("vpo_single", "vpo_single", False, "matrix", "single"),
     ("goal_cond", "grpo", False, "weighted", "goal"),
     ("random_weight", "grpo", False, "weighted", "single"),
 ]

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vpo.reward import compute_score, decode_sub_scores
+from vpo.reward import compute_score
+from vpo.rollouts import as_matrix
 from vpo_tasks.maze import MAZE, generate_mazes
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "maze_5x5.json").read_text())
@@ -32,7 +33,7 @@ def test_single_multi_and_goal_rows_give_identical_keys():
     assert keys >= {"score", "sub_scores", "acc", *OBJECTIVES}
     assert set(multi) == set(goal) == set(junk) == keys
     for result in (single, multi, goal, junk):
-        matrix = decode_sub_scores(result["sub_scores"])
+        matrix = as_matrix(result["sub_scores"])
         assert json.loads(json.dumps(json.loads(result["sub_scores"]))) == matrix.tolist()
         assert all(isinstance(result[k], float) for k in keys - {"sub_scores"})
 
@@ -43,7 +44,7 @@ def test_scores_per_mode_are_the_method_scalars():
     # goal-conditioned: w . channels of route B [1, 0, 1, 0.25] = 0.1 + 0.3 + 0.1
     goal = compute_score("maze", B, {**GT, "weights": [0.1, 0.2, 0.3, 0.4]}, {})
     assert goal["score"] == pytest.approx(0.5)
-    assert decode_sub_scores(goal["sub_scores"]).shape == (1, 4)
+    assert as_matrix(goal["sub_scores"]).shape == (1, 4)
     # multi: sum of row means 0.75 + 0.5625 + 0; channels are the best row's (route A)
     multi = compute_score("maze", f"<route_1>{B}</route_1><route_2>{A}</route_2>", GT, {"num_solutions": 3})
     assert multi["score"] == pytest.approx(0.75 + 0.5625)
@@ -96,7 +97,7 @@ def check(text, row):
     if weighted and m == 1:
         truth["weights"] = [0.4, 0.3, 0.2, 0.1]
     result = compute_score("maze", text, truth, {"num_solutions": m})
-    matrix = decode_sub_scores(result["sub_scores"])
+    matrix = as_matrix(result["sub_scores"])
     assert matrix.shape == (m, 4)
     assert np.all((matrix >= 0) & (matrix <= 1))
     assert all(0.0 <= result[k] <= 1.0 for k in [*OBJECTIVES, "acc"])

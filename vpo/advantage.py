@@ -12,7 +12,6 @@ call both trainers make: it picks the estimator and its input from the method ta
 from __future__ import annotations
 
 import inspect
-import json
 import math
 from functools import lru_cache
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -20,7 +19,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from vpo.methods import Method, get_method
-from vpo.weights import canonical_sampler, draw_bucket_weights, draw_group_weights  # noqa: F401 (re-exported)
+from vpo.rollouts import as_matrix, group_codes
+from vpo.weights import canonical_sampler, draw_bucket_weights
 
 ESTIMATORS: dict[str, Callable[..., Any]] = {}
 
@@ -47,25 +47,6 @@ def get_estimator(name: str) -> Callable[..., Any]:
 
 # ---------------------------------------------------------------------------------------------
 # Input handling shared by the estimators
-
-
-def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:
-    """Integer group index per rollout, numbered by first appearance.
-
-    group_ids: (B,) hashable ids.  Returns: codes (B,) int64 in [0, G), and G.
-    """
-    if isinstance(group_ids, np.ndarray) and group_ids.ndim == 1:
-        try:
-            _, first, inverse = np.unique(group_ids, return_index=True, return_inverse=True)
-        except TypeError:  # unorderable objects: fall back to hashing
-            pass
-        else:
-            rank = np.empty(len(first), dtype=np.int64)
-            rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-            return rank[inverse.reshape(-1)], len(first)
-    index: dict[Any, int] = {}
-    codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64)
-    return codes, len(index)
 
 
 def _scores_vector(scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any], what: str = "scores") -> np.ndarray:
@@ -102,24 +83,6 @@ def _bucket(codes: np.ndarray, n_groups: int, gsel: np.ndarray) -> tuple[np.ndar
     return rsel, lg, slot, count
 
 
-def _as_matrix(item: Any) -> np.ndarray:
-    """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0)."""
-    if type(item) is np.ndarray and item.ndim == 2 and item.dtype == np.float64 and item.size:
-        return item
-    if item is None:
-        return np.zeros((0, 0))
-    if isinstance(item, (str, bytes)):
-        item = json.loads(item) if item.strip() else None
-        if item is None:
-            return np.zeros((0, 0))
-    mat = np.asarray(item, dtype=np.float64)
-    if mat.ndim == 1:
-        mat = mat.reshape(1, -1)
-    if mat.ndim != 2:
-        raise ValueError(f"a rollout's sub_scores must be an (m, k) matrix, got shape {mat.shape}")
-    return mat if mat.size else np.zeros((0, 0))
-
-
 # ---------------------------------------------------------------------------------------------
 # VPO
 
@@ -143,7 +106,7 @@ def _vpo_scores(
 ) -> _VPOScores:
     if len(sub_scores) != len(group_ids):
         raise ValueError(f"sub_scores has {len(sub_scores)} entries but group_ids has {len(group_ids)}")
-    mats = [_as_matrix(s) for s in sub_scores]
+    mats = [as_matrix(s) for s in sub_scores]
     rows = np.fromiter((m.shape[0] for m in mats), dtype=np.int64, count=len(mats))
     cols = np.fromiter((m.shape[1] for m in mats), dtype=np.int64, count=len(mats))
     codes, n_groups = group_codes(group_ids)
@@ -257,20 +220,29 @@ def vpo_advantage(
 
 @register_estimator("vpo_single")
 def vpo_single_advantage(
-    sub_scores: Sequence[Any], group_ids: Sequence[Any] | np.ndarray, **settings: Any
+    sub_scores: Sequence[Any],
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    n_weights: int = 100,
+    alpha: float = 1.0,
+    sampler: str = "naive",
+    rng: np.random.Generator | int | None = None,
+    eps: float = 1e-6,
+    weights: Mapping[Any, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """VPO on one answer per rollout: each item is a (k,) vector or a (1, k) matrix.
 
     Same settings and returns as `vpo_advantage`; a matrix with more than one row raises ValueError.
     """
-    mats = [_as_matrix(s) for s in sub_scores]
+    mats = [as_matrix(s) for s in sub_scores]
     multi = [i for i, m in enumerate(mats) if m.shape[0] > 1]
     if multi:
         raise ValueError(
             f"vpo_single expects one answer per rollout, but rollout {multi[0]} has {mats[multi[0]].shape[0]} rows; "
             "use the vpo estimator for multi-answer rollouts"
         )
-    return vpo_advantage(mats, group_ids, **settings)
+    return vpo_advantage(mats, group_ids, n_weights=n_weights, alpha=alpha, sampler=sampler, rng=rng, eps=eps,
+                         weights=weights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,35 +356,12 @@ def max_at_k_advantage(
 
 
 # ---------------------------------------------------------------------------------------------
-# Scalarisations computed by the reward function (multi_rlvr, goal_cond, random_weight)
-
-
-def multi_rlvr_scalar(sub_scores: Any, scalar_weights: Sequence[float] | np.ndarray) -> float:
-    """Multi-RLVR reward: the task scalar (scalar_weights . r) summed over the rollout's answers.
-
-    sub_scores: (m, k) (JSON text accepted; empty = 0);  scalar_weights: (k,) the task's scalar weights.
-    """
-    mat = _as_matrix(sub_scores)
-    if mat.size == 0:
-        return 0.0
-    return float((mat @ np.asarray(scalar_weights, dtype=np.float64)).sum())
-
-
-def weighted_scalar(channels: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray) -> float:
-    """goal_cond / random_weight reward: w . channels.  channels (k,), weights (k,)."""
-    c, w = np.asarray(channels, dtype=np.float64), np.asarray(weights, dtype=np.float64)
-    if c.shape != w.shape:
-        raise ValueError(f"channels {c.shape} and weights {w.shape} must have the same length")
-    return float(c @ w)
-
-
-# ---------------------------------------------------------------------------------------------
 # The one call both trainers make
 
 
 def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
     """(B, k_max) single-answer channels from sub_scores; shorter vectors and empty rows pad with 0."""
-    mats = [_as_matrix(s) for s in sub_scores]
+    mats = [as_matrix(s) for s in sub_scores]
     multi = [i for i, m in enumerate(mats) if m.shape[0] > 1]
     if multi:
         raise ValueError(f"gdpo expects one answer per rollout, rollout {multi[0]} has {mats[multi[0]].shape[0]}")
@@ -434,28 +383,28 @@ def advantage_for_method(
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Advantages of one batch for a method of the method table.
 
-    scores: (B,) the method's scalar (task scalar, multi_rlvr sum, or w . channels);
-    sub_scores: B items, each (m_i, k) (vpo, vpo_single, gdpo read these);
-    settings: the method's config settings; keys the estimator does not take (e.g. m) are ignored.
+    The method's `reward` kind says what its estimator reads:
+    matrix (vpo, vpo_single) and channels (gdpo) read `sub_scores`, B items each (m_i, k);
+    scalar, sum and weighted read `scores`, (B,) the method's scalar from the reward function.
+    settings: the method's config settings; keys the estimator does not take are ignored, and
+    `rng` / `weights` are never taken from settings (weights are drawn, not configured).
     Returns: advantages float64 (B,), diagnostics dict of floats.
     """
     meth = get_method(method)
-    name = meth.estimator
-    if name == "vpo" and not meth.multi_answer:
-        name = "vpo_single"
-    fn = get_estimator(name)
-    params = inspect.signature(vpo_advantage if name == "vpo_single" else fn).parameters
-    internal = {"rng", "weights"} if name.startswith("vpo") else {"rng"}  # vpo's weights are drawn, not configured
-    kwargs = {key: value for key, value in dict(settings or {}).items() if key in params and key not in internal}
+    fn = get_estimator(meth.estimator)
+    params = inspect.signature(fn).parameters
+    kwargs = {key: value for key, value in dict(settings or {}).items()
+              if key in params and key not in ("rng", "weights")}
+    if "rng" in params:
+        kwargs["rng"] = rng
     diagnostics: dict[str, float] = {}
-    if name in ("vpo", "vpo_single"):
+    if meth.reward in ("matrix", "channels"):
         if sub_scores is None:
-            raise ValueError(f"method {meth.name!r} needs sub_scores (the (m, k) reward matrices)")
-        adv, diagnostics = fn(sub_scores, group_ids, rng=rng, **kwargs)
-    elif name == "gdpo":
-        if sub_scores is None:
-            raise ValueError("method 'gdpo' needs sub_scores (the k reward channels of each answer)")
-        adv = fn(_channels(sub_scores), group_ids, **kwargs)
+            raise ValueError(f"method {meth.name!r} needs sub_scores (each rollout's (m, k) reward matrix)")
+        if meth.reward == "matrix":
+            adv, diagnostics = fn(sub_scores, group_ids, **kwargs)
+        else:
+            adv = fn(_channels(sub_scores), group_ids, **kwargs)
     else:
         if scores is None:
             raise ValueError(f"method {meth.name!r} needs scores (one scalar per rollout)")

@@ -42,7 +42,7 @@ _TABLE = (
     Method("max_at_k", "max_at_k", False, "scalar", "single", "Max@k: unbiased gradient of E[best of k]"),
     Method("multi_rlvr", "grpo", True, "sum", "multi", "Multi-RLVR: m answers, GRPO on the summed scalar"),
     Method("vpo", "vpo", True, "matrix", "multi", "VPO: m answers, best member under random weightings"),
-    Method("vpo_single", "vpo", False, "matrix", "single", "VPO estimator on one answer per rollout"),
+    Method("vpo_single", "vpo_single", False, "matrix", "single", "VPO estimator on one answer per rollout"),
     Method("goal_cond", "grpo", False, "weighted", "goal", "goal-conditioned GRPO: w . channels, w in the prompt"),
     Method("random_weight", "grpo", False, "weighted", "single", "GRPO on w . channels, w hidden from the prompt"),
 )

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from vpo.rollouts import as_matrix, group_codes
+
 
 def _check_k(k: int) -> int:
     if int(k) != k or k < 1:
@@ -170,8 +172,6 @@ def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) ->
     sub_scores: B items, each (m_i, k) (JSON text accepted; None or empty contributes no answer);
     group_ids: (B,).  Returns 0 for an empty batch.
     """
-    from vpo.advantage import _as_matrix, group_codes
-
     if len(sub_scores) != len(group_ids):
         raise ValueError(f"sub_scores has {len(sub_scores)} entries but group_ids has {len(group_ids)}")
     if len(sub_scores) == 0:
@@ -179,7 +179,8 @@ def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) ->
     codes, n_groups = group_codes(group_ids)
     pools: list[list[np.ndarray]] = [[] for _ in range(n_groups)]
     for code, item in zip(codes, sub_scores):
-        mat = _as_matrix(item)
+        mat = as_matrix(item)
         if mat.size:
             pools[code].append(mat)
     return float(np.mean([diversity(np.concatenate(p)) if p else 0.0 for p in pools]))
+

@@ -29,7 +29,27 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from vpo.rollouts import as_matrix
 from vpo.task import Task, resolve
+
+
+def multi_rlvr_scalar(sub_scores: Any, scalar_weights: Any) -> float:
+    """Multi-RLVR reward: the task scalar (scalar_weights . r) summed over the rollout's answers.
+
+    sub_scores: (m, k) (JSON text accepted; empty = 0);  scalar_weights: (k,) the task's scalar weights.
+    """
+    mat = as_matrix(sub_scores)
+    if mat.size == 0:
+        return 0.0
+    return float((mat @ np.asarray(scalar_weights, dtype=np.float64)).sum())
+
+
+def weighted_scalar(channels: Any, weights: Any) -> float:
+    """goal_cond / random_weight reward: w . channels.  channels (k,), weights (k,)."""
+    c, w = np.asarray(channels, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    if c.shape != w.shape:
+        raise ValueError(f"channels {c.shape} and weights {w.shape} must have the same length")
+    return float(c @ w)
 
 
 def _num_solutions(extra_info: Mapping[str, Any] | None) -> int:
@@ -74,9 +94,9 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
     scalars = [task.scalar(row) for row in matrix]
     best = int(np.argmax(scalars))
     if m > 1:
-        score = float(sum(scalars))
+        score = multi_rlvr_scalar(matrix, task.scalar_weights)
     elif weights is not None:
-        score = float(np.dot(weights, matrix[0]))
+        score = weighted_scalar(matrix[0], weights)
     else:
         score = scalars[0]
     num_answers = len(task.split_answers(text, m)) if m > 1 else int(task.parses(text))
@@ -86,8 +106,3 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
     result["num_answers"] = float(num_answers)
     return result
 
-
-def decode_sub_scores(value: Any) -> np.ndarray:
-    """The (m, k) float64 matrix from `sub_scores` JSON text (or an already decoded list)."""
-    data = json.loads(value) if isinstance(value, (str, bytes)) else value
-    return np.asarray(data, dtype=float).reshape(len(data), -1) if len(data) else np.zeros((0, 0))

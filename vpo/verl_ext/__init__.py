@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from vpo.metrics import group_pool_diversity
+from vpo.rollouts import BOOKKEEPING_KEYS, as_matrix
 
 # veRL estimator name -> vpo method whose advantage it computes. grpo, goal_cond and random_weight
 # train with veRL's own `grpo` estimator (same z-score); their differences live in the reward and
@@ -45,8 +45,6 @@ ESTIMATOR_METHODS: dict[str, str] = {
 # Name of the v1 trainer registered below (trainer.v1.trainer_mode).
 TRAINER_MODE = "vpo_sync"
 
-# Keys of reward_extra_info that are bookkeeping, not reward channels.
-_NON_CHANNEL_KEYS = {"score", "acc", "sub_scores", "num_answers"}
 
 
 def estimator_for_method(method: str) -> str:
@@ -80,14 +78,8 @@ _STAGED: contextvars.ContextVar[StagedRollouts | None] = contextvars.ContextVar(
 
 def decode_sub_scores(value: Any) -> np.ndarray | None:
     """JSON text (or nested list) of an (m, k) matrix -> float64 array (m, k); None when empty."""
-    if value is None:
-        return None
-    if isinstance(value, (bytes, str)):
-        value = json.loads(value)
-    matrix = np.asarray(value, dtype=np.float64)
-    if matrix.size == 0:
-        return None
-    return matrix.reshape(1, -1) if matrix.ndim == 1 else matrix
+    matrix = as_matrix(value)
+    return matrix if matrix.size else None
 
 
 def stage_from_extra_info(extra_infos: Sequence[dict | None], step: int = 0) -> StagedRollouts:
@@ -216,7 +208,7 @@ def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, 
     channels: dict[str, list[float]] = {}
     for info in rollouts.extras:
         for key, value in info.items():
-            if key not in _NON_CHANNEL_KEYS and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            if key not in BOOKKEEPING_KEYS and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
                 channels.setdefault(key, []).append(float(value))
     for key, values in channels.items():
         metrics[f"vpo/reward/{key}"] = float(np.mean(values))

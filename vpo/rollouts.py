@@ -1,0 +1,63 @@
+"""Reading rollouts: the one place a reward matrix, a group id or a reward dict is interpreted.
+
+`vpo.reward.compute_score` returns, per response, a dict whose `sub_scores` is the JSON text of the
+(m, k) reward matrix (JSON because k varies per problem and veRL's extras must stay 1-D). The
+trainers, the evaluation, the veRL plug-in and the metrics read those values only through:
+
+    as_matrix(item)            one rollout's matrix as float64 (m, k), from JSON text, nested
+                               lists or an array; None / "" / [] -> (0, 0)
+    group_codes(group_ids)     integer group index per rollout, by first appearance
+
+Only numpy is needed here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+# Keys of a compute_score dict that are bookkeeping, not reward channels.
+BOOKKEEPING_KEYS = frozenset({"score", "acc", "sub_scores", "num_answers"})
+
+
+def as_matrix(item: Any) -> np.ndarray:
+    """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0).
+
+    item: an (m, k) array or nested list, a (k,) vector (one answer), or JSON text of either.
+    """
+    if type(item) is np.ndarray and item.ndim == 2 and item.dtype == np.float64 and item.size:
+        return item
+    if item is None:
+        return np.zeros((0, 0))
+    if isinstance(item, (str, bytes)):
+        item = json.loads(item) if item.strip() else None
+        if item is None:
+            return np.zeros((0, 0))
+    mat = np.asarray(item, dtype=np.float64)
+    if mat.ndim == 1:
+        mat = mat.reshape(1, -1)
+    if mat.ndim != 2:
+        raise ValueError(f"a rollout's sub_scores must be an (m, k) matrix, got shape {mat.shape}")
+    return mat if mat.size else np.zeros((0, 0))
+
+
+def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer group index per rollout, numbered by first appearance.
+
+    group_ids: (B,) hashable ids.  Returns: codes (B,) int64 in [0, G), and G.
+    """
+    if isinstance(group_ids, np.ndarray) and group_ids.ndim == 1:
+        try:
+            _, first, inverse = np.unique(group_ids, return_index=True, return_inverse=True)
+        except TypeError:  # unorderable objects: fall back to hashing
+            pass
+        else:
+            rank = np.empty(len(first), dtype=np.int64)
+            rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+            return rank[inverse.reshape(-1)], len(first)
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64)
+    return codes, len(index)
+
