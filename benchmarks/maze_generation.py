@@ -30,7 +30,8 @@ def main() -> int:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
 
     from vpo.reward import compute_score
-    from vpo_tasks.maze import MAZE, generate_mazes
+    from vpo_tasks.maze import MAZE
+    from vpo_tasks.maze_generator import generate_mazes
 
     best = None
     for _ in range(args.repeats):

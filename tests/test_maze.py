@@ -1,5 +1,6 @@
-"""maze: fixture routes (tasks.md 1.6), parsing, the simulator's edge rules, generator invariants
-(tasks.md 1.2 / 1.6) over 300+ mazes, determinism, and the warm-start demonstrations."""
+"""maze: fixture routes (tasks.md 1.6), the authors' parsing rules (1.5) one case each, the
+simulator's edge rules, the authors' mazes from their seeds (1.2 fixtures), generator invariants
+over 300+ mazes, determinism, and the warm-start demonstrations."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from vpo.reward import compute_score
-from vpo_tasks.maze import MAZE, generate_maze, generate_mazes
+from vpo_tasks.maze import MAZE
+from vpo_tasks.maze_generator import generate_maze, generate_mazes
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "maze_5x5.json").read_text())
 ROUTES = {r["name"]: r for r in FIXTURE["routes"]}
@@ -70,26 +72,66 @@ def test_single_answer_parsing(text, expected):
     assert vectors(compute_score("maze", text, gt("linear"), {})) == [pytest.approx(expected)]
 
 
+B = ROUTES["B"]["moves"]
+C = ROUTES["C"]["moves"]
+LIN = {name: route["linear"] for name, route in ROUTES.items()}
+ZERO = [0, 0, 0, 0]
+
+
+def multi(text: str, m: int = 3) -> list[list[float]]:
+    return vectors(compute_score("maze", text, gt("linear"), {"num_solutions": m}))
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a route_i tag above m is never read, even when a lower slot is empty
+    (f"<route_1>{A}</route_1><route_4>{B}</route_4>", [LIN["A"], ZERO, ZERO]),
+    # duplicates are dropped after cutting to m slots: route 4 does not take the duplicate's row
+    (f"<route_1>{A}</route_1><route_2>{A}</route_2><route_3>{B}</route_3><route_4>{C}</route_4>",
+     [LIN["A"], LIN["B"], ZERO]),
+    # empty and moveless slots are zero rows; later routes keep their order
+    (f"<route_1></route_1><route_2>{B}</route_2><route_3>no moves</route_3>", [LIN["B"], ZERO, ZERO]),
+    # `---` parts are stripped and empty ones dropped: one real part is not a split, so the
+    # response falls through to its two <answer> blocks
+    (f"<answer>{A}</answer><answer>{B}</answer>\n---\n", [LIN["A"], LIN["B"], ZERO]),
+    (f"---\n{A}\n---\n\n---\n{B}\n---", [LIN["A"], LIN["B"], ZERO]),
+    # a route_i closed by another number is not a route_i block
+    (f"<route_1>{A}</route_2><route_2>{B}</route_2>", [LIN["B"], ZERO, ZERO]),
+    # the same number twice: only the first block is read
+    (f"<route_1>{A}</route_1><route_1>{B}</route_1>", [LIN["A"], ZERO, ZERO]),
+    # slot i runs to the first closer with its own number, whatever tags lie between: route 1 is
+    # A then B's moves (the walk ends at E after A), and route 2 is B
+    (f"<route_1>{A} <route_2>{B}</route_2></route_1>", [LIN["A"], LIN["B"], ZERO]),
+    # nested <answer>: the first opener to the first closer, so both move lists are read
+    (f"<answer>UP <answer>{A}</answer>", [LIN["A"], ZERO, ZERO]),  # UP bumps the border, A still fits
+])
+def test_multi_answer_parsing_rules(text, expected):
+    assert multi(text) == [pytest.approx(row) for row in expected], text
+
+
 def test_multi_answer_fallbacks_and_padding():
-    b = ROUTES["B"]["moves"]
-    lin = {k: r["linear"] for k, r in ROUTES.items()}
-    zero = [0, 0, 0, 0]
     cases = [
-        (f"{A}\n---\n{b}", [lin["A"], lin["B"], zero]),                              # --- split
-        (f"<answer>{A}</answer> or <answer>{b}</answer>", [lin["A"], lin["B"], zero]),  # several <answer>
-        (f"just {b}", [lin["B"], zero, zero]),                                         # whole text is route 1
-        (f"<route_1></route_1><route_2>{b}</route_2>", [lin["B"], zero, zero]),        # empty route dropped
-        (f"<ROUTE_1>{A}</ROUTE_1><route_2>{A.lower()}</route_2>", [lin["A"], zero, zero]),  # case-blind dup
+        (f"{A}\n---\n{B}", [LIN["A"], LIN["B"], ZERO]),                               # --- split
+        (f"<answer>{A}</answer> or <answer>{B}</answer>", [LIN["A"], LIN["B"], ZERO]),  # several <answer>
+        (f"just {B}", [LIN["B"], ZERO, ZERO]),                                          # whole text is route 1
+        (f"<ROUTE_1>{A}</ROUTE_1><route_2>{A.lower()}</route_2>", [LIN["A"], ZERO, ZERO]),  # case-blind dup
         ("".join(f"<route_{i}>{r}</route_{i}>" for i, r in enumerate(
-            [ROUTES[n]["moves"] for n in "ABCE"], 1)), [lin["A"], lin["B"], lin["C"]]),  # 4 routes, m = 3
-        ("no moves at all --- none here", [zero, zero, zero]),
-        (f"<route_1>LEFT <route_2>{b}</route_2>", [lin["B"], zero, zero]),  # an unclosed tag is text
-        (f"<answer>UP <answer>{A}</answer>", [lin["A"], zero, zero]),
-        ("<route_1>" * 3000 + "</route_1>", [zero, zero, zero]),            # many unclosed tags
+            [ROUTES[n]["moves"] for n in "ABCE"], 1)), [LIN["A"], LIN["B"], LIN["C"]]),  # 4 routes, m = 3
+        ("no moves at all --- none here", [ZERO, ZERO, ZERO]),
+        (f"<route_1>LEFT <route_2>{B}</route_2>", [LIN["B"], ZERO, ZERO]),  # an unclosed tag is text
+        ("<route_1>" * 3000 + "</route_1>", [ZERO, ZERO, ZERO]),            # many unclosed tags
+        ("<answer>" * 3000 + "---" * 3000, [ZERO, ZERO, ZERO]),
     ]
     for text, expected in cases:
-        got = vectors(compute_score("maze", text, gt("linear"), {"num_solutions": 3}))
-        assert got == [pytest.approx(row) for row in expected], text
+        assert multi(text) == [pytest.approx(row) for row in expected], text[:80]
+    # more distinct routes than slots: m decides, and num_answers counts the surviving routes
+    text = f"<route_1>{A}</route_1><route_2>{A}</route_2><route_3>{B}</route_3>"
+    assert compute_score("maze", text, gt("linear"), {"num_solutions": 3})["num_answers"] == 2
+    assert multi(text, m=2) == [pytest.approx(LIN["A"]), ZERO]
+
+
+def test_single_answer_nested_tags_read_to_the_first_closer():
+    text = "<answer>RIGHT RIGHT <answer>DOWN RIGHT RIGHT DOWN DOWN DOWN</answer> LEFT"
+    assert vectors(compute_score("maze", text, gt("linear"), {})) == [pytest.approx(A_LINEAR)]
 
 
 # ---- simulator rules ----------------------------------------------------------------------
@@ -128,6 +170,23 @@ def bfs(grid, a, blocked):
     return dist
 
 
+SEEDS = json.loads((Path(__file__).parent / "fixtures" / "maze_seeds.json").read_text())
+
+
+@pytest.mark.parametrize("expected", SEEDS["mazes"], ids=lambda e: f"seed{e['seed']}")
+def test_the_authors_mazes_come_out_of_their_seeds(expected):
+    maze = generate_maze(expected["seed"])
+    assert maze["grid_text"].split("\n") == expected["grid_rows"]
+    for key in ("start", "end", "max_steps", "num_gold", "num_diamond", "num_lava", "via_gold", "via_diam",
+                "via_center", "both_corners_detour", "d_safe"):
+        assert maze[key] == expected[key], key
+
+
+def test_the_authors_rejected_seeds_are_rejected():
+    for base, key in ((42, "rejected_train_seeds_42_to_81"), (4242, "rejected_test_seeds_4242_to_4281")):
+        assert [s for s in range(base, base + 40) if generate_maze(s) is None] == SEEDS[key]
+
+
 @pytest.fixture(scope="module")
 def mazes():
     return generate_mazes(300, 42) + generate_mazes(20, 4242)
@@ -142,7 +201,7 @@ def test_generator_invariants(mazes):
         start, end = tuple(maze["start"]), tuple(maze["end"])
         gold_c, diam_c = tuple(maze["gold_corner"]), tuple(maze["diam_corner"])
         assert grid[start[0]][start[1]] == "S" and grid[end[0]][end[1]] == "E"
-        assert start in corners and end == (8 - start[0], 8 - start[1])
+        assert start in corners and start[0] == 0 and end == (8 - start[0], 8 - start[1])  # S on the top row
         assert {start, end, gold_c, diam_c} == corners
         assert grid[4][4] == "B" and maze["bonus_cell"] == [4, 4]
         assert sum(row.count("S") + row.count("E") + row.count("B") for row in grid) == 3

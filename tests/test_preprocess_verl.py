@@ -79,6 +79,16 @@ def test_rows_read_back_score_through_the_reward(data_dir):
         assert result["completion"] == 1.0  # the shortest path always fits the budget
 
 
+def test_first_rows_are_the_authors_first_mazes(data_dir):
+    fixtures = {m["seed"]: m for m in json.loads((REPO / "tests" / "fixtures" / "maze_seeds.json").read_text())["mazes"]}
+    for split, seed in (("train", 42), ("test", 4242)):
+        first = pd.read_parquet(data_dir / f"{split}.parquet").iloc[0]
+        assert first["extra_info"]["seed"] == seed
+        truth = first["reward_model"]["ground_truth"]
+        assert truth["grid_text"].split("\n") == fixtures[seed]["grid_rows"]
+        assert truth["max_steps"] == fixtures[seed]["max_steps"] and list(truth["start"]) == fixtures[seed]["start"]
+
+
 def test_preprocess_is_deterministic(data_dir, tmp_path):
     again = tmp_path / "again"
     assert vpo_main(["preprocess", "--task", "maze", "--out", str(again), "--train-size", "40",

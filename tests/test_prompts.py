@@ -12,7 +12,8 @@ import pytest
 from vpo.methods import METHODS
 from vpo.prompts import goal_weights, prepare_row, rewrite_prompt
 from vpo.reward import compute_score
-from vpo_tasks.maze import MAZE, generate_mazes
+from vpo_tasks.maze import MAZE
+from vpo_tasks.maze_generator import generate_mazes
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from vpo.reward import compute_score
 from vpo.rollouts import as_matrix
-from vpo_tasks.maze import MAZE, generate_mazes
+from vpo_tasks.maze import MAZE
+from vpo_tasks.maze_generator import generate_mazes
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "maze_5x5.json").read_text())
 GT = {**FIXTURE["ground_truth"], "score_mode": "convex_bonus"}

@@ -3,6 +3,10 @@
 A route that reaches the exit E within the step budget can collect the gold corner or the diamond
 corner, never both (the generator rejects mazes where both fit), pass through lava or around it,
 and visit the bonus tile B at the centre. The reward is gated on reaching E.
+
+This file holds the simulator and scorer, the authors' parsing rules (tasks.md 1.5), the prompt and
+the task class; the generator is `vpo_tasks.maze_generator`. The warm-start demonstrations at the
+bottom are used only by the CPU trainer's base model.
 """
 
 from __future__ import annotations
@@ -17,23 +21,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vpo.task import Task, register, write_parquet_atomic
+from vpo.atomic import write_parquet_atomic
+from vpo.task import Task, register
+from vpo_tasks.maze_generator import CENTER, CORNERS, SIZE, generate_mazes
 
-SIZE = 9
 MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
-CORNERS = ((0, 0), (0, SIZE - 1), (SIZE - 1, 0), (SIZE - 1, SIZE - 1))
-CENTER = (SIZE // 2, SIZE // 2)
-UNREACHABLE = 10**6
-MAX_VIA = 90  # a corner detour longer than this counts as unreachable (generator rejects the maze)
-SLACK = 7  # budget = max(via gold, via diamond) + SLACK
 SCORE_MODES = ("convex_bonus", "linear")
 BONUS_MULT = 1.5  # convex_bonus: squared fractions times this once a B tile was visited
 
 MOVE_RE = re.compile(r"\b(UP|DOWN|LEFT|RIGHT)\b")
-# A block's body may not contain another opening tag of its kind; besides reading an unclosed tag
-# as text, this keeps matching linear on text with many unclosed tags.
-ANSWER_RE = re.compile(r"<answer>((?:(?!<answer>).)*?)</answer>", re.IGNORECASE | re.DOTALL)
-ROUTE_RE = re.compile(r"<route_\d+>((?:(?!<route_\d).)*?)</route_\d+>", re.IGNORECASE | re.DOTALL)
+ANSWER_OPEN, ANSWER_CLOSE = re.compile("<answer>", re.IGNORECASE), re.compile("</answer>", re.IGNORECASE)
 
 Cell = tuple[int, int]
 
@@ -60,134 +57,6 @@ class MazeSettings:
         if settings.train_size < 1 or settings.test_size < 1:
             raise ValueError("maze: train_size and test_size must be at least 1")
         return settings
-
-
-# ---- generator ------------------------------------------------------------------------------
-def _neighbours(cell: Cell) -> list[Cell]:
-    r, c = cell
-    return [(r + dr, c + dc) for dr, dc in MOVES.values() if 0 <= r + dr < SIZE and 0 <= c + dc < SIZE]
-
-
-def bfs_distances(grid: list[list[str]], source: Cell, blocked: str = "#") -> dict[Cell, int]:
-    """Shortest step counts from source to every cell reachable without entering `blocked` tiles."""
-    dist = {source: 0}
-    queue = deque([source])
-    while queue:
-        cell = queue.popleft()
-        for nxt in _neighbours(cell):
-            if nxt not in dist and grid[nxt[0]][nxt[1]] not in blocked:
-                dist[nxt] = dist[cell] + 1
-                queue.append(nxt)
-    return dist
-
-
-def _prim_maze(rng: random.Random) -> list[list[str]]:
-    """Randomised Prim's maze: rooms on even coordinates, walls between them opened on a spanning tree."""
-    grid = [["#"] * SIZE for _ in range(SIZE)]
-    rooms = [(r, c) for r in range(0, SIZE, 2) for c in range(0, SIZE, 2)]
-    first = rng.choice(rooms)
-    grid[first[0]][first[1]] = "."
-    frontier: list[tuple[Cell, Cell]] = []
-
-    def add_walls(cell: Cell) -> None:
-        for dr, dc in MOVES.values():
-            nr, nc = cell[0] + 2 * dr, cell[1] + 2 * dc
-            if 0 <= nr < SIZE and 0 <= nc < SIZE and grid[nr][nc] == "#":
-                frontier.append(((cell[0] + dr, cell[1] + dc), (nr, nc)))
-
-    add_walls(first)
-    while frontier:
-        i = rng.randrange(len(frontier))
-        frontier[i], frontier[-1] = frontier[-1], frontier[i]
-        wall, room = frontier.pop()
-        if grid[room[0]][room[1]] == "#":
-            grid[wall[0]][wall[1]] = grid[room[0]][room[1]] = "."
-            add_walls(room)
-    return grid
-
-
-def _zone(grid: list[list[str]], corner: Cell) -> list[Cell]:
-    """Empty cells within Manhattan radius 2 of a corner."""
-    return [(r, c) for r in range(SIZE) for c in range(SIZE)
-            if abs(r - corner[0]) + abs(c - corner[1]) <= 2 and grid[r][c] == "."]
-
-
-def generate_maze(seed: int) -> dict[str, Any] | None:
-    """One maze from one seed (tasks.md 1.2), or None when this seed is rejected."""
-    rng = random.Random(seed)
-    grid = _prim_maze(rng)
-    walls = [(r, c) for r in range(SIZE) for c in range(SIZE)
-             if grid[r][c] == "#" and sum(grid[a][b] != "#" for a, b in _neighbours((r, c))) >= 2]
-    rng.shuffle(walls)
-    for r, c in walls[: rng.randint(18, 28)]:
-        grid[r][c] = "."
-
-    diagonal = rng.choice([((0, 0), (SIZE - 1, SIZE - 1)), ((0, SIZE - 1), (SIZE - 1, 0))])
-    start, end = diagonal if rng.random() < 0.5 else diagonal[::-1]
-    others = [c for c in CORNERS if c not in (start, end)]
-    rng.shuffle(others)
-    gold_corner, diam_corner = others
-    for r, c in (start, end, gold_corner, diam_corner, CENTER):
-        grid[r][c] = "."
-
-    from_start = bfs_distances(grid, start)
-    if end not in from_start:
-        return None
-    dist = {p: bfs_distances(grid, p) for p in (gold_corner, diam_corner, CENTER)}
-
-    def d(a: Cell, b: Cell) -> int:
-        table = from_start if a == start else dist[a]
-        return table.get(b, UNREACHABLE)
-
-    via_gold = d(start, gold_corner) + d(gold_corner, end)
-    via_diam = d(start, diam_corner) + d(diam_corner, end)
-    via_center = d(start, CENTER) + d(CENTER, end)
-    if max(via_gold, via_diam, via_center) > MAX_VIA:
-        return None
-    max_steps = max(via_gold, via_diam) + SLACK
-    both_corners_detour = d(start, gold_corner) + d(gold_corner, diam_corner) + d(diam_corner, end)
-    if both_corners_detour <= max_steps:
-        return None
-
-    grid[start[0]][start[1]], grid[end[0]][end[1]], grid[CENTER[0]][CENTER[1]] = "S", "E", "B"
-    counts = {}
-    for tile, corner in (("G", gold_corner), ("D", diam_corner)):
-        zone = _zone(grid, corner)
-        if len(zone) < 3:
-            return None
-        chosen = rng.sample(zone, rng.randint(3, min(5, len(zone))))
-        for r, c in chosen:
-            grid[r][c] = tile
-        counts[tile] = len(chosen)
-    interior = [(r, c) for r in range(2, SIZE - 2) for c in range(2, SIZE - 2) if grid[r][c] == "."]
-    lava = rng.sample(interior, min(rng.randint(3, 5), len(interior)))
-    for r, c in lava:
-        grid[r][c] = "L"
-
-    d_safe = bfs_distances(grid, start, blocked="#L").get(end, UNREACHABLE)
-    if d_safe > max_steps:
-        return None
-    return {
-        "grid_text": "\n".join(" ".join(row) for row in grid),
-        "start": list(start), "end": list(end), "max_steps": int(max_steps),
-        "num_gold": counts["G"], "num_diamond": counts["D"], "num_lava": len(lava),
-        "seed": int(seed), "d_safe": int(d_safe),
-        "gold_corner": list(gold_corner), "diam_corner": list(diam_corner), "bonus_cell": list(CENTER),
-        "via_gold": int(via_gold), "via_diam": int(via_diam), "via_center": int(via_center),
-        "both_corners_detour": int(both_corners_detour),
-    }
-
-
-def generate_mazes(n: int, base_seed: int, attempts_per_maze: int = 300) -> list[dict[str, Any]]:
-    """n accepted mazes from seeds base_seed, base_seed + 1, ... (deterministic)."""
-    mazes: list[dict[str, Any]] = []
-    for offset in range(n * attempts_per_maze):
-        maze = generate_maze(base_seed + offset)
-        if maze is not None:
-            mazes.append(maze)
-            if len(mazes) == n:
-                return mazes
-    raise RuntimeError(f"maze: only {len(mazes)} of {n} mazes accepted in {n * attempts_per_maze} seeds from {base_seed}")
 
 
 # ---- simulator and scoring ------------------------------------------------------------------
@@ -238,24 +107,58 @@ def score_moves(moves: Sequence[str], ground_truth: dict[str, Any]) -> list[floa
     return [1.0] + [min(1.0, mult * x * x) for x in (gold, diam, safe)]
 
 
+# ---- parsing (tasks.md 1.5: the authors' rules, each block found as "opener, then the first
+# closer after it", which gives the same blocks as a lazy regex and stays linear in the text) ------
+def _block(text: str, opener: re.Pattern, closer: re.Pattern, pos: int = 0) -> tuple[str, int] | None:
+    """Body of the first opener...closer pair starting at or after pos, and the index past it."""
+    head = opener.search(text, pos)
+    tail = closer.search(text, head.end()) if head else None
+    if tail is None:
+        return None  # no closer after the first opener means none after any later opener either
+    return text[head.end():tail.start()], tail.end()
+
+
+def _all_blocks(text: str, opener: re.Pattern, closer: re.Pattern) -> list[str]:
+    """Every non-overlapping opener...closer body, left to right."""
+    bodies, pos = [], 0
+    while (found := _block(text, opener, closer, pos)) is not None:
+        bodies.append(found[0])
+        pos = found[1]
+    return bodies
+
+
 def parse_moves(text: str) -> list[str]:
-    """Moves of one answer: the first <answer> block, else the whole text; any case, whole words."""
-    found = ANSWER_RE.search(text)
-    return MOVE_RE.findall((found.group(1) if found else text).upper())
+    """Moves of one answer: the first <answer>...</answer> (any case, whatever lies between), else
+    the whole text; every whole word UP/DOWN/LEFT/RIGHT after upper-casing."""
+    found = _block(text, ANSWER_OPEN, ANSWER_CLOSE)
+    return MOVE_RE.findall((found[0] if found else text).upper())
 
 
-def split_routes(text: str) -> list[str]:
-    """Candidate route texts: <route_i> tags, else a `---` split, else several <answer> tags, else all."""
-    routes = ROUTE_RE.findall(text)
-    if routes:
-        return routes
-    parts = text.split("---")
-    if len(parts) >= 2:
-        return parts
-    answers = ANSWER_RE.findall(text)
-    if len(answers) >= 2:
-        return answers
-    return [text]
+def route_slots(text: str, m: int) -> list[str]:
+    """The m route texts of a multi-answer response, missing ones empty; the first rule that applies:
+    <route_i> tags for i = 1..m (one match is enough), else >= 2 non-empty `---` parts, else >= 2
+    <answer> blocks, else the whole text as route 1."""
+    slots = []
+    for i in range(1, m + 1):
+        found = _block(text, re.compile(f"<route_{i}>", re.IGNORECASE), re.compile(f"</route_{i}>", re.IGNORECASE))
+        slots.append(found[0] if found else None)
+    if any(slot is not None for slot in slots):
+        return [slot or "" for slot in slots]
+    for parts in ([p.strip() for p in text.split("---") if p.strip()], _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
+        if len(parts) >= 2:
+            return (parts + [""] * m)[:m]
+    return [text] + [""] * (m - 1)
+
+
+def distinct_routes(text: str, m: int) -> list[list[str]]:
+    """Move lists of the m slots in order, dropping empty ones and repeats of an earlier slot: a
+    duplicate or empty slot costs its row (extra routes never fill it)."""
+    routes: list[list[str]] = []
+    for slot in route_slots(text, m):
+        moves = parse_moves(slot)
+        if moves and moves not in routes:
+            routes.append(moves)
+    return routes
 
 
 # ---- prompts and rows -----------------------------------------------------------------------
@@ -325,13 +228,8 @@ class MazeTask(Task):
 
     # -- answers
     def split_answers(self, text: str, m: int) -> list[str]:
-        """Distinct non-empty routes in order (as space-joined moves), at most m."""
-        routes: list[str] = []
-        for candidate in split_routes(str(text)):
-            route = " ".join(parse_moves(candidate))
-            if route and route not in routes:
-                routes.append(route)
-        return routes[:m]
+        """The distinct routes of the m slots, in order, as space-joined moves (at most m)."""
+        return [" ".join(moves) for moves in distinct_routes(str(text), m)]
 
     def parses(self, text: str) -> bool:
         return bool(parse_moves(str(text)))
