@@ -232,7 +232,7 @@ def test_gdpo_hand_numbers():
     # weights scale channels before summing: weight 0 on channel 1 leaves only channel 0.
     only0 = np.array([z, -z, 0, 0])
     exp0 = (only0 - only0.mean()) / math.sqrt(only0.var(ddof=1) + 1e-8)
-    np.testing.assert_allclose(gdpo_advantage(ch, ids, weights=[1, 0]), exp0, rtol=1e-5)
+    np.testing.assert_allclose(gdpo_advantage(ch, ids, channel_weights=[1, 0]), exp0, rtol=1e-5)
 
 
 def max_at_k_reference(r, k):

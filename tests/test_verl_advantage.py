@@ -64,6 +64,7 @@ def _expected(method: str, uids, matrices, scores) -> np.ndarray:
         group_ids=uids,
         settings=dict(SETTINGS),
         rng=np.random.default_rng([SEED, STEP]),
+        response_lengths=RESPONSE_LENGTHS,
     )
     return np.asarray(advantages, dtype=np.float64)
 
@@ -217,6 +218,42 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     assert metrics["vpo/pool_diversity"] >= 0.0
     assert set(f"vpo/reward/c{j}" for j in range(4)) <= set(metrics)
     tq.kv_clear(keys=keys, partition_id="train")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gdpo_equals_verls_own_gdpo_with_varied_response_lengths(seed):
+    """vpo.advantage's gdpo (what both trainers run) against veRL 0.9.1's registered `gdpo`, which
+    whitens over response tokens: 64 groups of 8, lengths 20-256, tied and flat groups included."""
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from vpo.advantage import advantage_for_method
+
+    rng = np.random.default_rng(seed)
+    n_groups, group, width, prompt, k = 64, 8, 256, 5, 4
+    batch = n_groups * group
+    uids = np.repeat(np.array([f"g{i}" for i in range(n_groups)], dtype=object), group)
+    channels = rng.choice([0.0, 0.25, 0.5, 1.0], size=(batch, k))
+    channels[:group] = channels[0]  # one group where every channel is flat
+    lengths = rng.integers(20, width + 1, size=batch)
+    mask = (torch.arange(width)[None, :] < torch.as_tensor(lengths)[:, None]).float()
+    weights = [1.0, 0.5, 2.0, 1.0] if seed == 2 else None
+    config = {"gdpo_reward_keys": [f"c{j}" for j in range(k)]}
+    if weights:
+        config["gdpo_reward_weights"] = weights
+    verl_adv, _ = get_adv_estimator_fn("gdpo")(
+        token_level_rewards=torch.zeros(batch, width), response_mask=mask, index=uids, config=config,
+        non_tensor_batch={f"c{j}": channels[:, j] for j in range(k)},
+        batch={"prompts": torch.zeros(batch, prompt, dtype=torch.long),
+               "attention_mask": torch.cat([torch.ones(batch, prompt), mask], dim=1).long()},
+    )
+    ours, _ = advantage_for_method("gdpo", scores=None, sub_scores=list(channels), group_ids=uids,
+                                   settings={"channel_weights": weights}, response_lengths=lengths)
+    assert np.abs(ours).max() > 1.0  # a real spread of advantages, not all zeros
+    np.testing.assert_allclose(verl_adv.double().numpy(), ours[:, None] * mask.double().numpy(), rtol=0, atol=1e-6)
+    # per-rollout whitening (every rollout one token) is a different estimator on this batch
+    per_rollout, _ = advantage_for_method("gdpo", scores=None, sub_scores=list(channels), group_ids=uids,
+                                          settings={"channel_weights": weights})
+    assert np.abs(per_rollout - ours).max() > 1e-3
 
 
 def test_trainer_behaves_as_sync(verl_config):

@@ -286,28 +286,41 @@ def gdpo_advantage(
     channels: Sequence[Sequence[float]] | np.ndarray,
     group_ids: Sequence[Any] | np.ndarray,
     *,
-    weights: Sequence[float] | None = None,
+    channel_weights: Sequence[float] | None = None,
+    response_lengths: Sequence[int] | np.ndarray | None = None,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """GDPO: a GRPO z-score per reward channel, weighted sum over channels, then batch whitening.
+    """GDPO: a GRPO z-score per reward channel, weighted sum over channels, then whitening over the
+    batch's response tokens, as veRL 0.9.1's `gdpo` estimator computes it.
 
-    channels: (B, k) float;  group_ids: (B,);  weights: (k,) channel weights, default all 1.
-    Whitening: (A - batch mean) / sqrt(unbiased batch variance + 1e-8), as veRL's masked_whiten
-    with equal-length responses; a batch of one is only centred.  Returns: float64 (B,).
+    channels: (B, k) float;  group_ids: (B,);  channel_weights: (k,), default all 1 (veRL's
+    gdpo_reward_weights);
+    response_lengths: (B,) response tokens of each rollout (veRL's response_mask row sums); None
+    counts each rollout as one token.
+    Whitening (veRL's masked_whiten): every token of rollout b carries A_b, so with L_b tokens,
+    N = sum L_b, mean = sum L_b A_b / (N + 1e-8), var = sum L_b (A_b - mean)^2 / (N + 1e-8) * N / (N - 1),
+    A'_b = (A_b - mean) / sqrt(var + 1e-8); a rollout without tokens gets 0. With fewer than two
+    tokens in the batch the sum is only centred.  Returns: float64 (B,).
     """
     x = np.asarray(channels, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"gdpo needs one reward vector per rollout, shape (B, k); got shape {x.shape}")
-    w = np.ones(x.shape[1]) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = np.ones(x.shape[1]) if channel_weights is None else np.asarray(channel_weights, dtype=np.float64)
     if w.shape != (x.shape[1],):
         raise ValueError(f"gdpo channel weights have shape {w.shape}, expected ({x.shape[1]},)")
+    lengths = np.ones(len(x)) if response_lengths is None else np.asarray(response_lengths, dtype=np.float64)
+    if lengths.shape != (len(x),) or np.any(lengths < 0):
+        raise ValueError(f"gdpo response_lengths must be {len(x)} non-negative token counts, got shape {lengths.shape}")
     total = np.zeros(len(x))
     for j in range(x.shape[1]):  # loop over channels (k <= 16), vectorised over rollouts
         total += w[j] * grpo_advantage(x[:, j], group_ids, eps=eps)
-    centred = total - total.mean() if len(total) else total
-    if len(total) < 2:
-        return centred
-    return centred / np.sqrt(centred.var(ddof=1) + 1e-8)
+    tokens = lengths.sum()
+    mean = (lengths * total).sum() / (tokens + 1e-8)
+    centred = total - mean
+    if tokens >= 2:
+        var = (lengths * centred**2).sum() / (tokens + 1e-8) * tokens / (tokens - 1)
+        centred = centred / np.sqrt(var + 1e-8)
+    return np.where(lengths > 0, centred, 0.0)
 
 
 @lru_cache(maxsize=256)
@@ -380,6 +393,7 @@ def advantage_for_method(
     group_ids: Sequence[Any] | np.ndarray,
     settings: Mapping[str, Any] | None = None,
     rng: np.random.Generator | int | None = None,
+    response_lengths: Sequence[int] | np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Advantages of one batch for a method of the method table.
 
@@ -388,15 +402,18 @@ def advantage_for_method(
     scalar, sum and weighted read `scores`, (B,) the method's scalar from the reward function.
     settings: the method's config settings; keys the estimator does not take are ignored, and
     `rng` / `weights` are never taken from settings (weights are drawn, not configured).
+    response_lengths: (B,) response tokens per rollout, for estimators that whiten over tokens (gdpo).
     Returns: advantages float64 (B,), diagnostics dict of floats.
     """
     meth = get_method(method)
     fn = get_estimator(meth.estimator)
     params = inspect.signature(fn).parameters
     kwargs = {key: value for key, value in dict(settings or {}).items()
-              if key in params and key not in ("rng", "weights")}
+              if key in params and key not in ("rng", "weights", "response_lengths")}
     if "rng" in params:
         kwargs["rng"] = rng
+    if "response_lengths" in params:
+        kwargs["response_lengths"] = response_lengths
     diagnostics: dict[str, float] = {}
     if meth.reward in ("matrix", "channels"):
         if sub_scores is None:

@@ -61,19 +61,20 @@ def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float 
     return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
 
 
-def score_rollouts(task, rows: list[dict], texts: list[str], m: int):
-    """compute_score for every rollout: scores (B,), sub_scores list of (m_i, k), channels (B, k), failures."""
+def score_rollouts(task, rows: list[dict], texts: list[str]):
+    """compute_score for every rollout: scores (B,), sub_scores list of (m_i, k), channels (B, k), and
+    failures (B,) 1.0 where the reward parsed no answer (num_answers = 0)."""
     from vpo.reward import compute_score
+    from vpo.rollouts import as_matrix
 
     scores, subs, channels, failures = [], [], [], []
     names = task.objective_names
     for row, text in zip(rows, texts):
         result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
         scores.append(float(result["score"]))
-        matrix = np.asarray(json.loads(result["sub_scores"]), dtype=np.float64).reshape(-1, task.k)
-        subs.append(matrix)
+        subs.append(as_matrix(result["sub_scores"]))
         channels.append([float(result[name]) for name in names])
-        failures.append(len(task.split_answers(text, m)) == 0)
+        failures.append(result["num_answers"] == 0)
     return np.asarray(scores), subs, np.asarray(channels), np.asarray(failures, dtype=float)
 
 
@@ -145,12 +146,12 @@ def train_local(spec: RunSpec) -> dict:
         rollout_rows = [rows[i] for i in picked for _ in range(n)]
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
         group_ids = np.repeat(np.arange(len(picked)), n)
-        scores, subs, channels, failures = score_rollouts(task, rollout_rows, texts, m)
-        advantages, diagnostics = advantage_for_method(
-            method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng)
-
+        scores, subs, channels, failures = score_rollouts(task, rollout_rows, texts)
         seqs = pack_rollouts([prompt_ids[i] for i in picked for _ in range(n)], responses, tokenizer.pad_token_id)
         input_ids, attention, positions, mask, width_p = seqs
+        advantages, diagnostics = advantage_for_method(
+            method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng,
+            response_lengths=mask.sum(1).numpy())
         with torch.no_grad():
             old_logp, _ = response_logprobs(policy, input_ids, attention, positions, width_p,
                                             temperature=cfg.temperature)

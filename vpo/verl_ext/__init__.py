@@ -163,8 +163,10 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
     step = rollouts.step if rollouts is not None else 0
     rng = np.random.default_rng([seed, step])
     group_ids = [str(uid) for uid in (index if index is not None else range(batch_size))]
+    lengths = response_mask.sum(dim=-1).detach().cpu().double().numpy()
     advantages, diagnostics = advantage_for_method(
-        method, scores=scores, sub_scores=sub_scores, group_ids=group_ids, settings=settings, rng=rng
+        method, scores=scores, sub_scores=sub_scores, group_ids=group_ids, settings=settings, rng=rng,
+        response_lengths=lengths,
     )
     if rollouts is not None:
         rollouts.diagnostics.update({k: float(v) for k, v in diagnostics.items() if np.isscalar(v)})
