@@ -94,7 +94,9 @@ def test_vpo_matches_brute_force_on_ragged_batches(seed, sampler):
     weights = draw_group_weights(group_ks_in_order(subs, ids), 7, sampler=sampler, rng=123)
     ref, raw = vpo_reference(subs, ids, weights)
     np.testing.assert_allclose(adv, ref, rtol=1e-9, atol=1e-9)
-    assert diag["vpo/own_pool_expected_max_mean"] == pytest.approx(np.mean(raw))
+    # the authors' definition: the mean over prompt groups of the group's mean raw score
+    groups = {g: [r for r, h in zip(raw, ids) if h == g] for g in ids}
+    assert diag["vpo/own_pool_expected_max_mean"] == pytest.approx(np.mean([np.mean(v) for v in groups.values()]))
     assert diag["vpo/sampler_code"] == (0.0 if sampler == "naive" else 1.0)
 
 
@@ -109,7 +111,10 @@ def test_vpo_explicit_weights_and_pool_diagnostics():
     std = raw.std()
     np.testing.assert_allclose(adv[:3], (raw - 0.5) / (std + 1e-6))
     assert adv[3] == 0.0 and adv[4] == 0.0  # identical rollouts: zero std -> zero advantage
-    assert diag["vpo/pool_size_mean"] == pytest.approx((2 + 1 + 0 + 1 + 1) / 5)
+    # per group as the authors log it: group a pools 2 + 1 + 0 answers, group b 1 + 1
+    assert diag["vpo/pool_size_mean"] == pytest.approx((3 + 2) / 2)
+    assert diag["vpo/rows_per_rollout_mean"] == pytest.approx((2 + 1 + 0 + 1 + 1) / 5)
+    assert diag["vpo/own_pool_expected_max_mean"] == pytest.approx((np.mean(raw) + 0.4) / 2)
     assert diag["vpo/zero_std_group_frac"] == 0.5
     # pool best: group a -> 1 under each weight; group b -> 0.4
     assert diag["vpo/pool_expected_best_mean"] == pytest.approx((1.0 + 0.4) / 2)

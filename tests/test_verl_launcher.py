@@ -212,7 +212,7 @@ def test_file_logger_output_becomes_metrics_jsonl(launcher, tmp_path, monkeypatc
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[1]["pool_diversity"] == pytest.approx(1.2)  # the resumed attempt's value wins
-    assert rows[0]["reward/gold"] == 0.5 and rows[0]["adv/advantage/std"] == 1.0 and rows[0]["entropy"] == 2.0
+    assert rows[0]["reward/gold"] == 0.5 and rows[0]["advantage/std"] == 1.0 and rows[0]["entropy"] == 2.0
     assert rows[0]["score_mean"] == 0.25 and rows[2]["wall_time_s"] == 30.0
     assert rows[2]["val-core/maze/acc/mean@3"] == 0.4
 

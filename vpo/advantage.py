@@ -207,10 +207,12 @@ def vpo_advantage(
     _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)
     flat = std < eps
     adv = np.where(flat[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps))
+    # Means over prompt groups, as the authors log them (docs/metrics.md defines every key).
     diagnostics = {
-        "vpo/pool_size_mean": float(rows.mean()) if len(rows) else 0.0,
+        "vpo/pool_size_mean": float(np.bincount(codes, weights=rows, minlength=n_groups).mean()) if n_groups else 0.0,
+        "vpo/rows_per_rollout_mean": float(rows.mean()) if len(rows) else 0.0,
         "vpo/group_std_mean": float(std.mean()) if n_groups else 0.0,
-        "vpo/own_pool_expected_max_mean": float(raw.mean()) if len(raw) else 0.0,
+        "vpo/own_pool_expected_max_mean": float(mean.mean()) if n_groups else 0.0,
         "vpo/pool_expected_best_mean": float(pool_best.mean()) if n_groups else 0.0,
         "vpo/zero_std_group_frac": float(flat.mean()) if n_groups else 0.0,
         "vpo/sampler_code": 0.0 if canonical_sampler(sampler) == "naive" else 1.0,

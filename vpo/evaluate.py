@@ -54,6 +54,7 @@ def candidate_frame(task, rows: list[dict], chains: list[list[str]], m: int):
     import pandas as pd
 
     from vpo.reward import compute_score
+    from vpo.rollouts import as_matrix
 
     names = task.objective_names
     records = []
@@ -61,7 +62,7 @@ def candidate_frame(task, rows: list[dict], chains: list[list[str]], m: int):
         prompt = row["prompt"][-1]["content"]
         for c, text in enumerate(texts):
             result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
-            matrix = np.asarray(json.loads(result["sub_scores"]), dtype=float).reshape(-1, task.k)
+            matrix = as_matrix(result["sub_scores"])
             answers = task.split_answers(text, m)
             for slot in range(m):
                 vector = matrix[slot] if slot < len(matrix) else np.zeros(task.k)

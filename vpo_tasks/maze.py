@@ -228,7 +228,11 @@ class MazeTask(Task):
 
     # -- answers
     def split_answers(self, text: str, m: int) -> list[str]:
-        """The distinct routes of the m slots, in order, as space-joined moves (at most m)."""
+        """The distinct routes of the m slots, in order, as space-joined moves (at most m); with
+        m = 1 the single-answer rule (no route tags are read), as the reward scores it."""
+        if m == 1:
+            moves = parse_moves(str(text))
+            return [" ".join(moves)] if moves else []
         return [" ".join(moves) for moves in distinct_routes(str(text), m)]
 
     def parses(self, text: str) -> bool:

@@ -190,8 +190,6 @@ def train_local(spec: RunSpec) -> dict:
             **{f"reward/{name}": float(channels[:, j].mean()) for j, name in enumerate(task.objective_names)},
             "acc": float(np.mean([task.is_correct(c) for c in channels])),
             "pool_diversity": group_pool_diversity(subs, group_ids),
-            "advantage/mean": float(np.mean(advantages)),
-            "advantage/std": float(np.std(advantages)),
             "advantage/max": float(np.max(advantages)),
             "advantage/min": float(np.min(advantages)),
             "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),

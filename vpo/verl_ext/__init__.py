@@ -204,7 +204,9 @@ def register_estimators() -> None:
 
 
 def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, float]:
-    """`vpo/pool_diversity`, `vpo/reward/<channel>` means and the estimator's diagnostics."""
+    """`vpo/pool_diversity`, `vpo/reward/<channel>` means, `vpo/acc`, `vpo/parse_failure_rate`,
+    `vpo/score_mean` and the estimator's diagnostics under `vpo/adv/`; the launcher's
+    `convert_metrics` renames them to the local trainer's keys (docs/metrics.md)."""
     metrics: dict[str, float] = {}
     metrics["vpo/pool_diversity"] = group_pool_diversity(rollouts.sub_scores, [str(uid) for uid in group_ids])
     channels: dict[str, list[float]] = {}
@@ -219,6 +221,9 @@ def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, 
         metrics["vpo/parse_failure_rate"] = float(np.mean([float(a) == 0 for a in answers]))
     if rollouts.scores is not None and len(rollouts.scores):
         metrics["vpo/score_mean"] = float(np.mean(rollouts.scores))
+    solved = [float(info["acc"]) for info in rollouts.extras if "acc" in info]
+    if solved:
+        metrics["vpo/acc"] = float(np.mean(solved))
     for key, value in rollouts.diagnostics.items():
         metrics[f"vpo/adv/{key}"] = value
     return metrics

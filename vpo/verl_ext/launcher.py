@@ -324,8 +324,10 @@ def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellComma
 def convert_metrics(out_dir) -> int:
     """veRL's file-logger JSONL files (one per attempt) -> `<out>/metrics.jsonl`; returns the steps.
 
-    Each line gets `step`, `pool_diversity`, `score_mean`, `reward/<objective>`, `adv/<stat>`,
-    `parse_failure_rate`, `entropy`, `wall_time_s`, and veRL's own metrics under their names.
+    Each line gets the local trainer's names for the same quantities (docs/metrics.md): `step`,
+    `pool_diversity`, `score_mean`, `acc`, `reward/<objective>`, the estimator's `advantage/*` and
+    `vpo/*` diagnostics, `parse_failure_rate`, `entropy`, `wall_time_s`, and veRL's own metrics
+    under their names.
     """
     out_dir = Path(out_dir)
     merged: dict[int, dict] = {}
@@ -344,13 +346,13 @@ def convert_metrics(out_dir) -> int:
         wall += float(data.get("timing_s/step", 0.0))
         row = {"step": step, "pool_diversity": data["vpo/pool_diversity"],
                "score_mean": data.get("vpo/score_mean", data.get("critic/score/mean")),
-               "parse_failure_rate": data.get("vpo/parse_failure_rate"),
+               "acc": data.get("vpo/acc"), "parse_failure_rate": data.get("vpo/parse_failure_rate"),
                "entropy": data.get("actor/entropy"), "wall_time_s": wall}
         for key, value in data.items():
             if key.startswith("vpo/reward/"):
                 row["reward/" + key[len("vpo/reward/"):]] = value
             elif key.startswith("vpo/adv/"):
-                row["adv/" + key[len("vpo/adv/"):]] = value
+                row[key[len("vpo/adv/"):]] = value
             elif not key.startswith("vpo/"):
                 row[key] = value
         rows.append(row)
