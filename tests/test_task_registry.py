@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
-import vpo.task as task_module
 from vpo.prompts import prepare_row
 from vpo.reward import compute_score
 from vpo.task import TASKS, Task, register, resolve
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_maze_is_registered_with_its_declaration():
@@ -113,12 +120,79 @@ def test_a_scorer_that_misbehaves_cannot_leak_bad_values(words_task, monkeypatch
         compute_score("words_source", "x", {}, {})
 
 
-def test_every_plugin_module_is_imported_by_the_package():
-    """Adding a task is one file plus one import line: every vpo_tasks module that registers a task
-    must be imported (helper modules such as the maze generator register nothing)."""
-    package = Path(task_module.__file__).resolve().parent.parent / "vpo_tasks"
-    init = (package / "__init__.py").read_text()
-    plugins = [p.stem for p in package.glob("*.py") if re.search(r"^\w+ = register\(", p.read_text(), re.M)]
-    assert "maze" in plugins
-    for module in sorted(plugins):
-        assert re.search(rf"^from vpo_tasks import {module}\b", init, re.M), f"vpo_tasks/__init__.py misses {module}"
+def test_importing_the_api_imports_no_task():
+    code = "import sys, vpo.task, vpo.reward, vpo.prompts; print(sorted(m for m in sys.modules if m.startswith('vpo_tasks')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_task_instance_of_the_package_is_an_entry_point():
+    """Adding one of this project's tasks is one module plus one line in pyproject.toml."""
+    declared = {e.name: e.value for e in entry_points(group="vpo.tasks")}
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["vpo.tasks"]
+    assert declared == pyproject and declared["maze"] == "vpo_tasks.maze:MAZE"
+    for name, value in declared.items():
+        module, attr = value.split(":")
+        assert isinstance(getattr(importlib.import_module(module), attr), Task)
+        assert TASKS[name] is getattr(importlib.import_module(module), attr)
+
+
+TOY_PLUGIN = """
+import os
+import pandas as pd
+from vpo.task import Task
+
+
+class Colours(Task):
+    name = "toy_colours"
+    objectives = (("red", "Saying red"), ("blue", "Saying blue"))
+    scalar_weights = (0.5, 0.5)
+    single_format_line = "Answer in one line."
+
+    def preprocess(self, out_dir, settings=None):
+        os.makedirs(out_dir, exist_ok=True)
+        paths = []
+        for split in ("train", "test"):
+            row = {"data_source": self.name, "prompt": [{"role": "user", "content": "Name a colour. Answer in one line."}],
+                   "ability": "toy", "reward_model": {"style": "rule", "ground_truth": {"colour": "any"}},
+                   "extra_info": {"split": split, "index": 0}}
+            paths.append(os.path.join(out_dir, f"{split}.parquet"))
+            pd.DataFrame([row]).to_parquet(paths[-1], index=False)
+        return tuple(paths)
+
+    def split_answers(self, text, m):
+        return [text.strip()] if text.strip() else []
+
+    def score_answer(self, answer, ground_truth):
+        words = answer.lower().split()
+        return [float("red" in words), float("blue" in words)]
+
+
+COLOURS = Colours()
+"""
+
+
+def test_a_task_from_another_installed_distribution_is_found(tmp_path):
+    """A separately installed distribution (package plus dist-info with a `vpo.tasks` entry point on
+    the path) is found by `vpo preprocess --task` and by the reward, without touching this project."""
+    site = tmp_path / "site"
+    (site / "toy_colours_task").mkdir(parents=True)
+    (site / "toy_colours_task" / "__init__.py").write_text(TOY_PLUGIN)
+    info = site / "toy_colours_task-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-colours-task\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[vpo.tasks]\ntoy_colours = toy_colours_task:COLOURS\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "data"
+    done = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
+    code = ("from vpo.reward import compute_score; from vpo.task import TASKS; "
+            "print(sorted(TASKS), compute_score('toy_colours', 'red, or blue', {}, {})['sub_scores'])")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert shown.strip() == "['maze', 'toy_colours'] [[0.0, 1.0]]"  # "red," is not the word red
+    # without the distribution on the path the task is unknown, and the error says where tasks come from
+    gone = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert gone.returncode != 0 and "unknown task 'toy_colours'" in gone.stderr and "vpo.tasks" in gone.stderr

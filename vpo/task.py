@@ -2,18 +2,22 @@
 
 A task turns raw data into veRL rows (`preprocess`), splits a model response into answers, scores
 one answer to a k-vector in [0, 1], and declares its prompt formats so that `vpo.prompts` can turn
-a single-answer prompt into a multi-answer or goal-conditioned one. Adding a task is one file in
-`vpo_tasks/` that calls `register(...)` at import time, plus one import line in
-`vpo_tasks/__init__.py`.
+a single-answer prompt into a multi-answer or goal-conditioned one.
 
-Only numpy is needed here; parquet writing imports pandas inside the function that uses it.
+Tasks are plugins found through the `vpo.tasks` entry-point group: an entry `name = module:OBJECT`
+names a Task instance (or subclass) in any installed distribution, this project's own tasks
+included (see pyproject.toml). The registry loads the group on first use, so importing this module
+imports no task; `register` adds a task by hand (tests, notebooks).
+
+Only numpy is needed here.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Any, Sequence
+from collections import UserDict
+from importlib.metadata import entry_points
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -113,19 +117,65 @@ class Task:
 
 
 # ---- the registry ---------------------------------------------------------------------------
-TASKS: dict[str, Task] = {}
+ENTRY_POINT_GROUP = "vpo.tasks"
+
+
+class TaskRegistry(UserDict):
+    """name -> Task; every read first loads the `vpo.tasks` entry points (once per process)."""
+
+    _discovered = False
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True  # set first: loading a plugin may read the registry
+        for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            try:
+                task = entry.load()
+            except Exception as err:
+                raise RuntimeError(f"task plugin {entry.name!r} ({entry.value}) failed to import: {err!r}; "
+                                   "fix or uninstall the distribution that declares it") from err
+            if isinstance(task, type) and issubclass(task, Task):
+                task = task()
+            if not isinstance(task, Task):
+                raise TypeError(f"entry point {entry.name!r} = {entry.value} in group {ENTRY_POINT_GROUP!r} "
+                                f"is a {type(task).__name__}, not a vpo.task.Task")
+            if task.name != entry.name:
+                raise ValueError(f"entry point {entry.name!r} = {entry.value} names a task called {task.name!r}; "
+                                 "the entry point's name must be the task's name")
+            if self.data.get(task.name) is not task:
+                register(task)
+
+    def __getitem__(self, name: str) -> Task:
+        self._discover()
+        return self.data[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._discover()
+        return name in self.data
+
+    def __iter__(self) -> Iterator[str]:
+        self._discover()
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        self._discover()
+        return len(self.data)
+
+
+TASKS = TaskRegistry()
 
 
 def register(task: Task) -> Task:
     """Add a task instance to the registry; a second task under a taken name is refused."""
     if not task.name:
         raise ValueError(f"{type(task).__name__} has no name; set the class attribute `name`")
-    if task.name in TASKS:
-        raise ValueError(f"a task named {task.name!r} is already registered ({type(TASKS[task.name]).__name__})")
+    if task.name in TASKS.data:
+        raise ValueError(f"a task named {task.name!r} is already registered ({type(TASKS.data[task.name]).__name__})")
     if len(task.scalar_weights) != len(task.objectives) or not task.objectives:
         raise ValueError(f"task {task.name!r}: scalar_weights must have one weight per objective")
     task.data_source = task.data_source or task.name
-    TASKS[task.name] = task
+    TASKS.data[task.name] = task
     return task
 
 
@@ -136,23 +186,5 @@ def resolve(name: str) -> Task:
     for task in TASKS.values():
         if task.data_source == name:
             return task
-    raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS)) or '(none)'}")
-
-
-def write_parquet_atomic(rows: list[dict[str, Any]], path: str) -> str:
-    """Write rows (veRL schema) to `path` through a temporary name, so a killed job leaves no file."""
-    import pandas as pd
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        pd.DataFrame(rows).to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
-
-
-# The plugins register themselves; importing them last lets them import this module's names.
-import vpo_tasks  # noqa: E402,F401
+    raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS)) or '(none)'}; "
+                     f"tasks are found through the {ENTRY_POINT_GROUP!r} entry-point group of installed packages")

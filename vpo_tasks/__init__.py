@@ -1,6 +1,2 @@
-"""Task plugins. Each module registers one task with `vpo.task.register` on import.
-
-Adding a task: write `vpo_tasks/<name>.py` and add its import line below.
-"""
-
-from vpo_tasks import maze  # noqa: E402,F401
+"""The project's task plugins, one module each, declared in pyproject.toml under the `vpo.tasks`
+entry-point group (`maze = "vpo_tasks.maze:MAZE"`); `vpo.task.TASKS` loads them on first use."""

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, register
+from vpo.task import Task
 from vpo_tasks.maze_generator import CENTER, CORNERS, SIZE, generate_mazes
 
 MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
@@ -323,4 +323,4 @@ def _demo_route(grid: list[list[str]], start: Cell, end: Cell, budget: int, rng:
     return route or [rng.choice(list(MOVES))]
 
 
-MAZE = register(MazeTask())
+MAZE = MazeTask()  # found through the vpo.tasks entry point `maze` (pyproject.toml)
