@@ -73,7 +73,7 @@ def _expected(method: str, uids, matrices, scores) -> np.ndarray:
 def verl_config():
     from hydra import compose, initialize_config_dir
 
-    import vpo.verl_ext  # noqa: F401  (registers estimators and the trainer)
+    import vpo.verl_ext.plugin  # noqa: F401  (registers estimators and the trainer)
 
     overrides = [
         f"algorithm.vpo.seed={SEED}",
@@ -111,11 +111,12 @@ def test_registered_names_and_trainer(verl_config):
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.v1 import get_trainer_cls
 
-    import vpo.verl_ext as ext
+    import vpo.verl_ext.estimators as ext
+    from vpo.verl_ext.trainer import VPOTrainerSync
 
     for name in ("vpo", "vpo_single", "maxrl", "max_at_k", "multi_rlvr", "gdpo_v1"):
         assert core_algos.get_adv_estimator_fn(name) is ext.ESTIMATORS[name]
-    assert get_trainer_cls("vpo_sync") is ext.VPOTrainerSync
+    assert get_trainer_cls("vpo_sync") is VPOTrainerSync
     assert ext.estimator_for_method("gdpo") == "gdpo_v1"
     assert ext.estimator_for_method("goal_cond") == "grpo"
 
@@ -126,7 +127,7 @@ def test_legacy_compute_advantage_matches_engine(verl_config, estimator):
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    import vpo.verl_ext as ext
+    import vpo.verl_ext.estimators as ext
 
     method = ext.ESTIMATOR_METHODS[estimator]
     single = method in ("vpo_single", "gdpo")
@@ -153,7 +154,7 @@ def test_legacy_compute_advantage_matches_engine(verl_config, estimator):
 
 
 def test_estimator_without_staged_sub_scores_names_the_trainer(verl_config):
-    import vpo.verl_ext as ext
+    import vpo.verl_ext.estimators as ext
 
     rewards = torch.zeros(2, 3)
     mask = torch.ones(2, 3)
@@ -172,7 +173,8 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     from transfer_queue.metadata import KVBatchMeta
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    import vpo.verl_ext as ext
+    import vpo.verl_ext.estimators as ext
+    from vpo.verl_ext.trainer import VPOTrainerSync
 
     tq = transfer_queue
     config = verl_config.copy()
@@ -201,7 +203,7 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
                     tags=[{"status": "success"} for _ in keys])
     batch = KVBatchMeta(keys=keys, tags=[{"status": "success"} for _ in keys], partition_id="train")
 
-    trainer = object.__new__(ext.VPOTrainerSync)  # the real method, without starting workers
+    trainer = object.__new__(VPOTrainerSync)  # the real method, without starting workers
     trainer.config = config
     trainer.global_steps = STEP
     metrics: dict = {}
@@ -258,12 +260,12 @@ def test_gdpo_equals_verls_own_gdpo_with_varied_response_lengths(seed):
 
 def test_trainer_behaves_as_sync(verl_config):
     """Selecting vpo_sync must not switch veRL to its async replay buffer (trainer_mode pitfall)."""
-    import vpo.verl_ext as ext
+    from vpo.verl_ext.trainer import VPOTrainerSync
 
     config = verl_config.copy()
     seen = {}
 
-    class Probe(ext.VPOTrainerSync):
+    class Probe(VPOTrainerSync):
         def _build_replay_buffer(self):
             seen["mode"] = self.trainer_mode
             return None
@@ -281,7 +283,7 @@ def test_maxrl_through_verl_matches_the_formula_by_hand(verl_config):
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    import vpo.verl_ext as ext
+    import vpo.verl_ext.estimators as ext
 
     scores = np.array([0.0, 0.5, 1.0, 0.5, 0.0, 0.0, 0.0])
     uids = ["g", "g", "g", "g", "h", "h", "h"]  # group h scores all 0 -> advantage 0

@@ -105,7 +105,7 @@ def test_printed_command_composes_with_cfg_job(paper_cfg, launcher, tmp_path, ca
     assert job["trainer"]["default_local_dir"] == str((tmp_path / "run" / "checkpoints").resolve())
     assert "file" in job["trainer"]["logger"]
     env_vars = job["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
-    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "vpo.verl_ext"
+    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "vpo.verl_ext.plugin"
     assert env_vars["WANDB_MODE"] == "offline"
 
 
@@ -226,3 +226,22 @@ def test_entry_point_registers_in_a_fresh_process():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "['vpo', 'vpo_single', 'maxrl', 'max_at_k', 'multi_rlvr', 'gdpo_v1'] VPOTrainerSync" in result.stdout
+
+
+def test_importing_the_launcher_registers_nothing_and_the_plugin_registers_all():
+    """Only vpo.verl_ext.plugin registers; veRL imports it through the `verl.plugins` entry point."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("from verl.trainer.ppo import core_algos; from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY; "
+             "registered = lambda: ('vpo' in core_algos.ADV_ESTIMATOR_REGISTRY, 'vpo_sync' in TRAINER_REGISTRY); ")
+    code = probe + ("import vpo.verl_ext.launcher, vpo.verl_ext.estimators, vpo.verl_ext.preflight; print(registered()); "
+                    "import vpo.verl_ext.plugin; print(registered())")
+    quiet = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}  # veRL's switch for its entry-point discovery
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=quiet).stdout
+    assert out.split("\n")[:2] == ["(False, False)", "(True, True)"]
+    auto = {key: value for key, value in os.environ.items() if key != "VERL_USE_EXTERNAL_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", probe + "print(registered())"], capture_output=True, text=True,
+                         check=True, env=auto).stdout
+    assert out.strip() == "(True, True)"

@@ -171,6 +171,14 @@ def method_settings(cfg: Mapping[str, Any], method: str) -> dict[str, Any]:
         raise ConfigError(f"method_settings.{method} is missing; known: {', '.join(cfg['method_settings'])}") from None
 
 
+def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved `verl:` block (the veRL launcher's settings; config.yaml is where they default)."""
+    try:
+        return cfg["verl"]
+    except KeyError:
+        raise ConfigError("the `verl:` block is missing from the config; copy it from the project's config.yaml") from None
+
+
 def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
     """Everything that determines one trained cell, so a change to it (and only it) retrains it.
 

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vpo.atomic import write_json_atomic, write_text_atomic
+from vpo.verl_ext import CONFIG_NAME, PLUGIN_MODULE, TRAINER_MODE, VERL_CONFIG_DIR
+from vpo.verl_ext.preflight import PreflightError, check_cell, preflight
 
-VERL_CONFIG_DIR = Path(__file__).resolve().parents[2] / "verl" / "config"
-CONFIG_NAME = "vpo_trainer"
 
 
 @dataclass(frozen=True)
@@ -41,28 +41,6 @@ class BatchPreset:
     rollout_n: int  # rollouts per prompt (the group size)
     ppo_mini_batch_size: int  # prompts per optimizer step
     micro_batch_per_gpu: int  # rollouts per forward pass per GPU (training and log-probs)
-
-
-# Defaults of the `verl:` block of config.yaml; the block overrides any of them.
-DEFAULTS: dict[str, Any] = {
-    "batch_presets": {
-        "up_to_4b": {"train_batch_size": 128, "rollout_n": 8, "ppo_mini_batch_size": 64, "micro_batch_per_gpu": 8},
-        "7b_8b": {"train_batch_size": 64, "rollout_n": 8, "ppo_mini_batch_size": 32, "micro_batch_per_gpu": 2},
-        "smoke_1gpu": {"train_batch_size": 32, "rollout_n": 4, "ppo_mini_batch_size": 16, "micro_batch_per_gpu": 2},
-    },
-    "batch_preset": "auto",  # auto: smoke_1gpu on 1 GPU, 7b_8b for models of 6B+ parameters, else up_to_4b
-    "gpus": None,  # GPUs per job; null: task_settings.<task>.gpus
-    "logger": ["console", "file", "wandb"],
-    "wandb": {"mode": "offline", "entity": None},  # mode: offline | online | disabled
-    "save_freq": 10,
-    "test_freq": 50,
-    "min_tokens_per_answer": 128,  # preflight: max_response_length / m must leave this per answer
-    "overrides": [],  # extra Hydra overrides passed verbatim to veRL
-}
-
-
-class PreflightError(ValueError):
-    """A cell that cannot train; the message names the problem and the fix."""
 
 
 @dataclass
@@ -84,13 +62,6 @@ class CellCommand:
         """The command as one shell line, environment first."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         return f"{env} {shlex.join(self.argv)}"
-
-
-def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """DEFAULTS deep-merged with cfg['verl']."""
-    from vpo.config import deep_merge
-
-    return deep_merge(DEFAULTS, cfg.get("verl") or {})
 
 
 def model_billions(model: str) -> float | None:
@@ -139,9 +110,9 @@ def run_name(task: str, method: str, seed: int) -> str:
 
 def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir) -> CellCommand:
     """The veRL command and environment of one cell (no checks beyond what building needs)."""
-    from vpo.config import method_settings, task_settings
+    from vpo.config import method_settings, task_settings, verl_settings
     from vpo.methods import get_method
-    from vpo.verl_ext import TRAINER_MODE, estimator_for_method
+    from vpo.verl_ext.estimators import estimator_for_method
 
     spec = get_method(method)
     settings = verl_settings(cfg)
@@ -199,7 +170,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     wandb = settings.get("wandb") or {}
     env = {
         # registration of the estimators and the trainer in every process, Ray actors included
-        "VERL_USE_EXTERNAL_MODULES": "vpo.verl_ext",
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
         "VERL_FILE_LOGGER_PATH": str(out_dir / "logs" / f"verl_metrics.{time.strftime('%Y%m%dT%H%M%S')}.jsonl"),
         # per-job scratch: short path (Ray's socket names must stay under ~107 characters)
         "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{digest}"),
@@ -223,97 +194,6 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
             f"--config-name={CONFIG_NAME}", *overrides]
     return CellCommand(argv=argv, env=env, overrides=overrides, estimator=estimator, batch_preset=preset_name,
                        batch=batch, gpus=gpus, model=model, out_dir=out_dir, data_files=(train_file, test_file))
-
-
-# ---------------------------------------------------------------------------------------------
-# Preflight
-# ---------------------------------------------------------------------------------------------
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
-    """Cheap checks on names (no files, no veRL): method and task exist in the config."""
-    from vpo.methods import METHODS
-
-    if method not in METHODS:
-        raise PreflightError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
-    if task not in (cfg.get("task_settings") or {}):
-        raise PreflightError(f"unknown task {task!r}: config.yaml has task_settings for {', '.join(cfg['task_settings'])}")
-    if method not in (cfg.get("method_settings") or {}):
-        raise PreflightError(f"method {method!r} has no method_settings entry in config.yaml; add `{method}: {{}}`")
-
-
-def check_files(command: CellCommand) -> None:
-    for path in command.data_files:
-        if not path.is_file():
-            raise PreflightError(f"data file {path} does not exist: run `vpo preprocess --task <task> --out {path.parent}`")
-    model = command.model
-    if model.startswith("/"):
-        if not (Path(model) / "config.json").is_file():
-            raise PreflightError(f"model directory {model} has no config.json (set task_settings.<task>.model "
-                                 "to a Hugging Face model directory or a hub id)")
-    elif not _HUB_ID.match(model):
-        raise PreflightError(f"model {model!r} is neither an existing directory nor a hub id like 'Qwen/Qwen3-4B'")
-
-
-def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_answer: int) -> None:
-    b, gpus = command.batch, command.gpus
-    rollouts = b.train_batch_size * b.rollout_n
-    if rollouts % gpus:
-        raise PreflightError(f"batch preset {command.batch_preset}: {b.train_batch_size} prompts x {b.rollout_n} "
-                             f"rollouts = {rollouts} does not divide over {gpus} GPUs")
-    if b.ppo_mini_batch_size > b.train_batch_size or b.train_batch_size % b.ppo_mini_batch_size:
-        raise PreflightError(f"batch preset {command.batch_preset}: ppo_mini_batch_size {b.ppo_mini_batch_size} "
-                             f"must divide train_batch_size {b.train_batch_size}")
-    mini_rollouts = b.ppo_mini_batch_size * b.rollout_n
-    if mini_rollouts % gpus or (mini_rollouts // gpus) % b.micro_batch_per_gpu:
-        raise PreflightError(f"batch preset {command.batch_preset}: a mini-batch of {mini_rollouts} rollouts over "
-                             f"{gpus} GPUs is not a multiple of micro_batch_per_gpu {b.micro_batch_per_gpu}")
-    if m > 1 and response_len // m < min_tokens_per_answer:
-        raise PreflightError(f"m={m} answers do not fit max_response_length={response_len}: "
-                             f"{response_len // m} tokens per answer < verl.min_tokens_per_answer={min_tokens_per_answer}; "
-                             "raise task_settings.<task>.max_response_length.multi or lower m")
-
-
-def check_with_verl(command: CellCommand) -> None:
-    """The estimator is registered in veRL, and veRL composes and validates the job's config."""
-    try:
-        import vpo.verl_ext  # noqa: F401  (registers on import)
-        from verl.trainer.ppo import core_algos
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy
-        from verl.utils.config import validate_config
-    except ImportError as err:
-        raise PreflightError(f"veRL is not importable ({err}); install the extra: pip install -e '.[verl]'") from err
-    try:
-        core_algos.get_adv_estimator_fn(command.estimator)
-    except ValueError as err:
-        raise PreflightError(f"estimator {command.estimator!r} is not registered in veRL: {err}") from err
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
-        config = compose(config_name=CONFIG_NAME, overrides=list(command.overrides))
-    try:
-        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    except (AssertionError, ValueError) as err:
-        raise PreflightError(f"veRL rejects the job's config: {err}") from err
-
-
-def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellCommand, *, with_verl: bool = True) -> None:
-    """Every check that can fail before Ray starts; raises PreflightError naming the problem."""
-    from vpo.config import task_settings
-    from vpo.methods import get_method
-
-    spec = get_method(method)
-    tset = task_settings(cfg, task)
-    settings = verl_settings(cfg)
-    if not VERL_CONFIG_DIR.joinpath(f"{CONFIG_NAME}.yaml").is_file():
-        raise PreflightError(f"{VERL_CONFIG_DIR}/{CONFIG_NAME}.yaml is missing: run from a checkout of the project")
-    check_files(command)
-    m = int(tset.get("m", 1)) if spec.multi_answer else 1
-    check_sizes(command, m, int(tset["max_response_length"][spec.prompt]), int(settings["min_tokens_per_answer"]))
-    if with_verl:
-        check_with_verl(command)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,221 @@
+"""The advantage estimators veRL 0.9.1 runs for VPO and its baselines, and the rollouts they read.
+
+veRL passes an estimator only `token_level_rewards (B, T)`, `response_mask (B, T)`, `index (B,)`
+(the prompt uid) and the `algorithm` config. Each rollout's reward matrix and scalar come from the
+reward function's `reward_extra_info`, which the `vpo_sync` trainer (vpo.verl_ext.trainer) stages,
+row-aligned, around veRL's advantage step; every estimator then calls
+`vpo.advantage.advantage_for_method`, so both trainers compute the same numbers.
+
+    ESTIMATOR_METHODS     veRL estimator name -> method of vpo.methods
+    stage_from_extra_info / staged    the staged rollouts of one advantage computation
+    register_estimators   adds them to veRL's registry (called by vpo.verl_ext.plugin)
+    rollout_metrics       the step's metrics from the staged rollouts (docs/metrics.md)
+
+Importing this module needs numpy only; veRL and torch are imported when an estimator runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vpo.metrics import group_pool_diversity
+from vpo.rollouts import BOOKKEEPING_KEYS, as_matrix
+
+from vpo.verl_ext import TRAINER_MODE
+
+# veRL estimator name -> vpo method whose advantage it computes. grpo, goal_cond and random_weight
+# train with veRL's own `grpo` estimator (same z-score); their differences live in the reward and
+# the prompt, not in the estimator.
+ESTIMATOR_METHODS: dict[str, str] = {
+    "vpo": "vpo",
+    "vpo_single": "vpo_single",
+    "maxrl": "maxrl",
+    "max_at_k": "max_at_k",
+    "multi_rlvr": "multi_rlvr",
+    "gdpo_v1": "gdpo",
+}
+
+
+
+def estimator_for_method(method: str) -> str:
+    """The `algorithm.adv_estimator` value that trains `method` (a key of vpo.methods.METHODS)."""
+    for estimator, name in ESTIMATOR_METHODS.items():
+        if name == method:
+            return estimator
+    from vpo.methods import get_method
+
+    return get_method(method).estimator  # grpo, goal_cond, random_weight -> veRL's "grpo"
+
+
+# ---------------------------------------------------------------------------------------------
+# Staged rollouts: what the trainer fetched for the batch whose advantages are being computed.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StagedRollouts:
+    """Per-rollout reward extras for one advantage computation, in the batch's row order."""
+
+    sub_scores: list[np.ndarray | None]  # B matrices (m_i, k_i) decoded from JSON; None if absent
+    scores: np.ndarray | None  # (B,) float64 `score` from the reward function, or None if absent
+    extras: list[dict]  # B raw reward_extra_info dicts (channels for metrics)
+    step: int = 0  # global step, seeds the weight sampler together with algorithm.vpo.seed
+    diagnostics: dict[str, float] = field(default_factory=dict)  # filled by the estimator
+
+
+_STAGED: contextvars.ContextVar[StagedRollouts | None] = contextvars.ContextVar("vpo_staged", default=None)
+
+
+def decode_sub_scores(value: Any) -> np.ndarray | None:
+    """JSON text (or nested list) of an (m, k) matrix -> float64 array (m, k); None when empty."""
+    matrix = as_matrix(value)
+    return matrix if matrix.size else None
+
+
+def stage_from_extra_info(extra_infos: Sequence[dict | None], step: int = 0) -> StagedRollouts:
+    """Build the staged rollouts from B reward_extra_info dicts (None = no reward extras)."""
+    extras = [dict(info or {}) for info in extra_infos]
+    sub_scores = [decode_sub_scores(info.get("sub_scores")) for info in extras]
+    have_scores = all("score" in info for info in extras) and extras
+    scores = np.array([float(info["score"]) for info in extras], dtype=np.float64) if have_scores else None
+    return StagedRollouts(sub_scores=sub_scores, scores=scores, extras=extras, step=int(step))
+
+
+@contextlib.contextmanager
+def staged(rollouts: StagedRollouts) -> Iterator[StagedRollouts]:
+    """Make `rollouts` visible to the registered estimators for the duration of the block."""
+    token = _STAGED.set(rollouts)
+    try:
+        yield rollouts
+    finally:
+        _STAGED.reset(token)
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimators
+# ---------------------------------------------------------------------------------------------
+
+
+def _config_get(config: Any, key: str, default: Any = None) -> Any:
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    return getter(key, default) if getter is not None else getattr(config, key, default)
+
+
+def method_settings_from_config(config: Any) -> tuple[dict, int]:
+    """(settings dict, seed) from the `algorithm` config node's `vpo` block."""
+    block = _config_get(config, "vpo", None)
+    settings = _config_get(block, "settings", None) or {}
+    try:  # DictConfig -> plain dict
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(settings):
+            settings = OmegaConf.to_container(settings, resolve=True)
+    except ImportError:
+        pass
+    return dict(settings), int(_config_get(block, "seed", 0) or 0)
+
+
+def advantages_for_batch(method: str, token_level_rewards, response_mask, index, config=None):
+    """Run vpo.advantage for `method` on one veRL batch; returns ((B, T), (B, T)) torch tensors.
+
+    token_level_rewards (B, T) with the score at the last response token; response_mask (B, T);
+    index (B,) prompt uids. Reward scores and sub_scores come from the staged rollouts when the
+    trainer staged them, else the scores are the row sums of token_level_rewards.
+    """
+    import torch
+
+    from vpo.advantage import advantage_for_method
+
+    batch_size = token_level_rewards.shape[0]
+    rollouts = _STAGED.get()
+    if rollouts is not None and len(rollouts.extras) != batch_size:
+        raise RuntimeError(
+            f"staged reward extras cover {len(rollouts.extras)} rollouts but the batch has {batch_size}; "
+            "the staged rows must be the batch's rows in order"
+        )
+    if rollouts is not None and rollouts.scores is not None:
+        scores = rollouts.scores
+    else:
+        scores = (token_level_rewards * response_mask).sum(dim=-1).detach().cpu().double().numpy()
+    sub_scores = rollouts.sub_scores if rollouts is not None else None
+    if sub_scores is None and method in ("vpo", "vpo_single", "gdpo"):
+        raise RuntimeError(
+            f"estimator for {method!r} needs each rollout's sub_scores, but none were staged; "
+            f"run veRL with trainer.v1.trainer_mode={TRAINER_MODE} (the vpo.verl_ext trainer)"
+        )
+    settings, seed = method_settings_from_config(config)
+    step = rollouts.step if rollouts is not None else 0
+    rng = np.random.default_rng([seed, step])
+    group_ids = [str(uid) for uid in (index if index is not None else range(batch_size))]
+    lengths = response_mask.sum(dim=-1).detach().cpu().double().numpy()
+    advantages, diagnostics = advantage_for_method(
+        method, scores=scores, sub_scores=sub_scores, group_ids=group_ids, settings=settings, rng=rng,
+        response_lengths=lengths,
+    )
+    if rollouts is not None:
+        rollouts.diagnostics.update({k: float(v) for k, v in diagnostics.items() if np.isscalar(v)})
+    per_rollout = torch.as_tensor(np.asarray(advantages), dtype=token_level_rewards.dtype)
+    per_rollout = per_rollout.to(token_level_rewards.device)
+    token_advantages = per_rollout.unsqueeze(-1) * response_mask.to(token_level_rewards.dtype)
+    return token_advantages, token_advantages
+
+
+def make_estimator(method: str):
+    """A veRL advantage-estimator function computing `method`'s advantages."""
+
+    def estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+        return advantages_for_batch(method, token_level_rewards, response_mask, index, config)
+
+    estimator.__name__ = f"{method}_advantage_for_verl"
+    estimator.__qualname__ = estimator.__name__
+    return estimator
+
+
+ESTIMATORS = {name: make_estimator(method) for name, method in ESTIMATOR_METHODS.items()}
+
+
+def register_estimators() -> None:
+    """Register every estimator of ESTIMATORS with veRL (idempotent)."""
+    from verl.trainer.ppo import core_algos
+
+    for name, fn in ESTIMATORS.items():
+        core_algos.register_adv_est(name)(fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics computed from the staged rollouts (logged by veRL's tracking, e.g. the file logger)
+# ---------------------------------------------------------------------------------------------
+
+
+def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, float]:
+    """`vpo/pool_diversity`, `vpo/reward/<channel>` means, `vpo/acc`, `vpo/parse_failure_rate`,
+    `vpo/score_mean` and the estimator's diagnostics under `vpo/adv/`; the launcher's
+    `convert_metrics` renames them to the local trainer's keys (docs/metrics.md)."""
+    metrics: dict[str, float] = {}
+    metrics["vpo/pool_diversity"] = group_pool_diversity(rollouts.sub_scores, [str(uid) for uid in group_ids])
+    channels: dict[str, list[float]] = {}
+    for info in rollouts.extras:
+        for key, value in info.items():
+            if key not in BOOKKEEPING_KEYS and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+                channels.setdefault(key, []).append(float(value))
+    for key, values in channels.items():
+        metrics[f"vpo/reward/{key}"] = float(np.mean(values))
+    answers = [info["num_answers"] for info in rollouts.extras if "num_answers" in info]
+    if answers:  # vpo.reward: 0 distinct parsed answers = the response did not parse
+        metrics["vpo/parse_failure_rate"] = float(np.mean([float(a) == 0 for a in answers]))
+    if rollouts.scores is not None and len(rollouts.scores):
+        metrics["vpo/score_mean"] = float(np.mean(rollouts.scores))
+    solved = [float(info["acc"]) for info in rollouts.extras if "acc" in info]
+    if solved:
+        metrics["vpo/acc"] = float(np.mean(solved))
+    for key, value in rollouts.diagnostics.items():
+        metrics[f"vpo/adv/{key}"] = value
+    return metrics

@@ -1,0 +1,47 @@
+"""The v1 trainer `vpo_sync` (`trainer.v1.trainer_mode=vpo_sync`): veRL 0.9.1's sync trainer plus
+one step. Before veRL computes advantages it fetches every rollout's `reward_extra_info` (the reward
+function's `sub_scores` JSON text, scalar and channels) from TransferQueue and stages it, row-aligned,
+for the estimators of vpo.verl_ext.estimators; afterwards it logs the step's rollout metrics.
+
+Importing this module imports veRL; `register_trainer` (called by vpo.verl_ext.plugin) adds the
+class to veRL's trainer registry.
+"""
+
+from __future__ import annotations
+
+from omegaconf import open_dict
+from verl.trainer.ppo.v1 import PPOTrainerSync
+from verl.trainer.ppo.v1 import register_trainer as verl_register_trainer
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+from vpo.verl_ext import TRAINER_MODE
+from vpo.verl_ext.estimators import rollout_metrics, stage_from_extra_info, staged
+
+
+class VPOTrainerSync(PPOTrainerSync):
+    """veRL's sync v1 trainer that stages each rollout's reward_extra_info for the estimators."""
+
+    def __init__(self, config):
+        # veRL branches on trainer_mode == "sync" (replay buffer, TQ checkpoints, batch sizes);
+        # the class is already chosen, so behave exactly as the sync trainer from here on.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"
+        super().__init__(config)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        import transfer_queue as tq
+
+        fields = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"])
+        uids = [str(uid) for uid in fields["uid"]]
+        infos = [ef.get("reward_extra_info") if isinstance(ef, dict) else None for ef in fields["extra_fields"]]
+        rollouts = stage_from_extra_info(infos, step=getattr(self, "global_steps", 0))
+        with staged(rollouts):
+            batch = super()._compute_advantage(batch, metrics)
+        metrics.update(rollout_metrics(rollouts, uids))
+        return batch
+
+
+def register_trainer() -> None:
+    """Register `vpo_sync` with veRL (idempotent)."""
+    if TRAINER_REGISTRY.get(TRAINER_MODE) is not VPOTrainerSync:
+        verl_register_trainer(TRAINER_MODE)(VPOTrainerSync)
