@@ -27,11 +27,11 @@ def maze_files(tmp_path_factory):
     return Path(train), Path(test)
 
 
-def _compose(method: str):
+def _compose(method: str, *extra: str):
     from hydra import compose, initialize_config_dir
 
     overrides = [f"data.vpo.method={method}", f"data.vpo.m={M}", f"data.vpo.seed={SEED}",
-                 "data.filter_overlong_prompts=false", "data.dataloader_num_workers=0"]
+                 "data.filter_overlong_prompts=false", "data.dataloader_num_workers=0", *extra]
     with initialize_config_dir(config_dir=str(REPO / "verl" / "config"), version_base=None):
         return compose(config_name="vpo_trainer", overrides=overrides)
 
@@ -100,6 +100,41 @@ def test_random_weight_hides_the_weights(datasets):
     for row, item in zip(stored, items):
         assert item["raw_prompt"] == [dict(m) for m in row["prompt"]]
         assert len(item["reward_model"]["ground_truth"]["weights"]) == 4
+
+
+ALL_METHODS = ("grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight")
+
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_both_backends_build_identical_rows_with_a_non_default_alpha(maze_files, tmp_path, method):
+    """The veRL dataset, as the launcher configures it, and the local trainer's rows: same prompt
+    bytes, same m, same goal weights, for alpha 0.3 in the method's settings."""
+    import pandas as pd
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from vpo.config import deep_merge, load_config
+    from vpo.local.trainer import prepare_rows
+    from vpo.methods import get_method
+    from vpo.verl_ext.launcher import build_command
+
+    cfg = load_config(str(REPO / "config.yaml"), preset="paper")
+    cfg = deep_merge(cfg, {"method_settings": {method: {"alpha": 0.3}}, "task_settings": {"maze": {"m": M}}})
+    command = build_command(cfg, "maze", method, SEED, tmp_path / "run", maze_files[0].parent)
+    data_overrides = [o for o in command.overrides if o.startswith("data.vpo.")]
+    assert "data.vpo.alpha=0.3" in data_overrides
+    dataset = create_rl_dataset([str(maze_files[0])], _compose(method, *data_overrides).data, tokenizer=None,
+                                processor=None)
+    stored = pd.read_parquet(maze_files[0]).to_dict("records")
+    local = prepare_rows(stored, method, M if get_method(method).multi_answer else 1, SEED, alpha=0.3)
+    for i, row in enumerate(local):
+        item = dataset[i]
+        assert json.dumps([dict(m) for m in item["raw_prompt"]]) == json.dumps(row["prompt"])
+        assert item["extra_info"]["num_solutions"] == row["extra_info"]["num_solutions"]
+        assert json.dumps(list(item["reward_model"]["ground_truth"].get("weights", []))) == \
+            json.dumps(list(row["reward_model"]["ground_truth"].get("weights", [])))
+    if method == "goal_cond":  # alpha reaches the weights: they differ from alpha 1's
+        uniform = prepare_rows(stored, method, 1, SEED, alpha=1.0)
+        assert local[0]["reward_model"]["ground_truth"]["weights"] != uniform[0]["reward_model"]["ground_truth"]["weights"]
 
 
 def test_veRL_collate_accepts_rewritten_rows(datasets):

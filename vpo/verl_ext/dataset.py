@@ -7,7 +7,7 @@ multi-answer methods ask for m answers and set `extra_info["num_solutions"]`, go
 methods show the row's weights, random_weight hides them; the reward then reads the same row.
 
 Settings come from the `data.vpo` block of the composed config (verl/config/vpo_trainer.yaml):
-`method`, `m`, `seed`. The overlong-prompt filter measures the stored prompt before the rewrite;
+`method`, `m`, `seed`, `alpha`. The overlong-prompt filter measures the stored prompt before the rewrite;
 a rewritten prompt that is still too long is left-truncated by veRL's agent loop.
 """
 
@@ -27,6 +27,7 @@ class VPODataset(RLHFDataset):
         self.vpo_method = get_method(str(block.get("method", "grpo")))  # method whose rows these are
         self.vpo_m = int(block.get("m", 1))  # answers per rollout for multi-answer methods
         self.vpo_seed = int(block.get("seed", 0))  # training seed (goal-conditioned weights per row)
+        self.vpo_alpha = float(block.get("alpha", 1.0))  # Dirichlet alpha of those weights
         super().__init__(data_files=data_files, tokenizer=tokenizer, config=config, processor=processor,
                          max_samples=max_samples)
 
@@ -34,7 +35,7 @@ class VPODataset(RLHFDataset):
         from vpo.prompts import prepare_row
 
         row = super().__getitem__(item)
-        prepared = prepare_row(row, self.vpo_method, self.vpo_m, self.vpo_seed)
+        prepared = prepare_row(row, self.vpo_method, self.vpo_m, self.vpo_seed, alpha=self.vpo_alpha)
         for key in ("prompt", "extra_info", "reward_model"):
             row[key] = prepared[key]
         row["raw_prompt"] = self._build_messages(row, key="prompt")
