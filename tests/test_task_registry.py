@@ -29,7 +29,6 @@ def test_maze_is_registered_with_its_declaration():
     assert all(isinstance(d, str) and d for _, d in maze.objectives)
     assert maze.scalar([1, 1, 0, 0.5]) == pytest.approx(0.625)  # the GRPO scalar is the mean
     assert maze.default_m == 3
-    assert maze.eval_defaults["budget"] == 30 and maze.eval_defaults["n_chains"] == 10
     assert maze.is_correct([1, 0, 0, 0]) and not maze.is_correct([0, 1, 1, 1])
 
 

@@ -193,6 +193,14 @@ def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, A
     }
 
 
+def cell_digest(cfg: Mapping[str, Any], task: str, method: str | None = None) -> str:
+    """Hash of what determines a trained cell (method None: the task's CPU base model, which
+    depends on the task's settings and the local trainer block only)."""
+    if method is None:
+        return settings_digest({"task": task_settings(cfg, task), "trainer": cfg.get("local_trainer", {})})
+    return settings_digest(cell_settings(cfg, task, method))
+
+
 def settings_digest(settings: Any) -> str:
     """Short stable hash of a JSON-able value (key order does not matter)."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)

@@ -34,7 +34,6 @@ class Task:
                          to the model in goal-conditioned prompts.
         scalar_weights:  k weights of the fixed GRPO scalar (maze: the mean).
         default_m:       answers per rollout for multi-answer methods.
-        eval_defaults:   evaluation settings (chains, temperature, top_p, max_tokens, budget).
         single_format_line: the exact output-format sentence of the single-answer prompt; the
                          multi-answer rewrite replaces it and fails loudly when it is missing.
     """
@@ -44,7 +43,6 @@ class Task:
     objectives: tuple[tuple[str, str], ...] = ()
     scalar_weights: tuple[float, ...] = ()
     default_m: int = 3
-    eval_defaults: dict[str, Any] = {}
     single_format_line: str = ""
 
     # ---- properties every task gets ---------------------------------------------------------

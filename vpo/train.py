@@ -29,30 +29,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-command", action="store_true", help="verl backend: print the command only")
 
 
-def load_run_config(config_path, preset, *, task: str, method: str | None = None):
-    """(resolved config, LocalTrainerSettings, config hash of what determines the cell)."""
-    from vpo.config import cell_settings, load_config, settings_digest, task_settings
-    from vpo.local.settings import LocalTrainerSettings
-
-    cfg = load_config(config_path, preset)
-    settings = LocalTrainerSettings.from_dict(cfg.get("local_trainer"))
-    if method is None:
-        digest = settings_digest({"task": task_settings(cfg, task), "trainer": cfg.get("local_trainer", {})})
-    else:
-        digest = settings_digest(cell_settings(cfg, task, method))
-    return cfg, settings, digest
-
-
 def versions() -> dict:
+    """Versions of the packages that shape a trained cell (recorded in train.json)."""
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
-    for name in ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl"):
+    for name in ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl", "vllm", "ray"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             pass
     return out
+
+
+def write_train_json(out_dir, cfg: dict, *, backend: str, task: str, method: str, seed: int, steps: int,
+                     started: float, **extra) -> Path:
+    """The cell's completion marker, written last and atomically by both backends: the keys below
+    plus the backend's own (`extra`)."""
+    from vpo.atomic import write_json_atomic
+    from vpo.config import cell_digest
+
+    payload = {"backend": backend, "task": task, "method": method, "seed": int(seed), "preset": cfg["preset"],
+               "steps": int(steps), "wall_time_s": round(time.time() - started, 2),
+               "config_hash": cell_digest(cfg, task, method), "versions": versions(), **extra}
+    return write_json_atomic(Path(out_dir) / "train.json", payload)
 
 
 def check_inputs(args, backend: str) -> None:
@@ -70,13 +70,13 @@ def check_inputs(args, backend: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import method_settings, task_settings
+    from vpo.config import cell_digest, load_config, method_settings, task_settings
     from vpo.methods import get_method
     from vpo.task import resolve
 
     resolve(args.task)  # unknown names fail before the config is read
     get_method(args.method)
-    cfg, settings, digest = load_run_config(args.config, args.preset, task=args.task, method=args.method)
+    cfg = load_config(args.config, args.preset)
     backend = args.backend or cfg["backend"]
     check_inputs(args, backend)
     if backend == "verl":
@@ -85,23 +85,22 @@ def run(args: argparse.Namespace) -> int:
         return int(train_cell(cfg, args.task, args.method, args.seed, args.out, args.data,
                               print_command=args.print_command) or 0)
 
-    from vpo.atomic import write_json_atomic
+    from vpo.local.settings import LocalTrainerSettings
     from vpo.local.trainer import RunSpec, train_local
 
     t0 = time.time()
+    settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
+    digest = cell_digest(cfg, args.task, args.method)
     spec = RunSpec(
         task=args.task, method=args.method, seed=args.seed, data_dir=args.data, base_model=args.base_model,
         out_dir=args.out, settings=settings, method_settings=dict(method_settings(cfg, args.method)),
-        m=int(task_settings(cfg, args.task).get("m", 3)), preset=cfg["preset"], config_hash=digest,
+        m=int(task_settings(cfg, args.task)["m"]), preset=cfg["preset"], config_hash=digest,
     )
     result = train_local(spec)
-    payload = {
-        "backend": "local", "task": args.task, "method": args.method, "seed": args.seed, "preset": cfg["preset"],
-        "steps": result["steps"], "resumed_from_step": result["resumed_from_step"],
-        "wall_time_s": round(time.time() - t0, 2), "train_loop_s": result["wall_time_s"],
-        "config_hash": digest, "versions": versions(), "base_model": str(args.base_model),
-        "settings": settings.to_dict(),
-    }
-    write_json_atomic(Path(args.out) / "train.json", payload)
+    path = write_train_json(args.out, cfg, backend="local", task=args.task, method=args.method, seed=args.seed,
+                            steps=result["steps"], started=t0, resumed_from_step=result["resumed_from_step"],
+                            train_loop_s=result["wall_time_s"], base_model=str(args.base_model),
+                            settings=settings.to_dict())
+    payload = json.loads(path.read_text())
     print(json.dumps({k: payload[k] for k in ("method", "seed", "steps", "resumed_from_step", "wall_time_s")}))
     return 0

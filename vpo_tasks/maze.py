@@ -196,7 +196,6 @@ class MazeTask(Task):
     )
     scalar_weights = (0.25, 0.25, 0.25, 0.25)
     default_m = 3
-    eval_defaults = {"n_chains": 10, "budget": 30, "temperature": 0.7, "top_p": 1.0, "max_tokens": 1024}
     single_format_line = FORMAT_LINE
 
     def is_correct(self, vector: Sequence[float]) -> bool:

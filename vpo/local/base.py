@@ -160,14 +160,14 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.train import load_run_config
+    from vpo.config import cell_digest, load_config, task_settings
+    from vpo.local.settings import LocalTrainerSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    cfg, settings, digest = load_run_config(args.config, args.preset, task=args.task)
-    from vpo.config import task_settings
-
-    m = int(task_settings(cfg, args.task).get("m", 3))
+    cfg = load_config(args.config, args.preset)
+    settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
+    m = int(task_settings(cfg, args.task)["m"])
     payload = build_base_model(args.task, args.data, args.out, settings, m=m, seed=args.seed,
-                               preset=cfg["preset"], config_hash=digest)
+                               preset=cfg["preset"], config_hash=cell_digest(cfg, args.task))
     print(json.dumps({k: payload[k] for k in ("parameters", "vocab_size", "final_loss", "sampled", "wall_time_s")}))
     return 0

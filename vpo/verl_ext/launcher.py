@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from vpo.atomic import write_json_atomic, write_text_atomic
+from vpo.atomic import write_text_atomic
 from vpo.verl_ext import CONFIG_NAME, PLUGIN_MODULE, TRAINER_MODE, VERL_CONFIG_DIR
 from vpo.verl_ext.preflight import PreflightError, check_cell, preflight
 
@@ -124,7 +124,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         model = str(Path(model).expanduser().resolve())
     preset_name, batch = choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
-    m = int(tset.get("m", 1)) if spec.multi_answer else 1
+    m = int(tset["m"]) if spec.multi_answer else 1
     prompt_len = int(tset["max_prompt_length"][spec.prompt])
     response_len = int(tset["max_response_length"][spec.prompt])
     name = run_name(task, method, seed)
@@ -241,22 +241,6 @@ def convert_metrics(out_dir) -> int:
     return len(rows)
 
 
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in ("vpo-pipeline", "verl", "torch", "transformers", "vllm", "ray"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    return found
-
-
-def write_train_json(out_dir, payload: Mapping[str, Any]) -> Path:
-    return write_json_atomic(Path(out_dir) / "train.json", dict(payload))
-
-
 def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
                print_command: bool = False) -> int:
     """Train one cell with veRL; returns the exit status (0 = trained, train.json written; 2 = the
@@ -265,7 +249,7 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
     print_command: print the veRL command line (environment first) and return 0 without running
     or checking the GPU-side files.
     """
-    from vpo.config import cell_settings, settings_digest
+    from vpo.train import write_train_json
 
     started = time.time()
     try:
@@ -294,11 +278,7 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
     latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     if latest.is_file():
         steps = max(steps, int(latest.read_text().strip() or 0))
-    write_train_json(out, {
-        "backend": "verl", "task": task, "method": method, "seed": int(seed), "preset": cfg.get("preset"),
-        "steps": steps, "wall_time_s": round(time.time() - started, 3),
-        "config_hash": settings_digest(cell_settings(cfg, task, method)), "versions": _versions(),
-        "estimator": command.estimator, "batch_preset": command.batch_preset, "gpus": command.gpus,
-        "model": command.model,
-    })
+    write_train_json(out, cfg, backend="verl", task=task, method=method, seed=seed, steps=steps, started=started,
+                     estimator=command.estimator, batch_preset=command.batch_preset, gpus=command.gpus,
+                     model=command.model)
     return 0

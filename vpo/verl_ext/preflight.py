@@ -100,7 +100,7 @@ def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellComma
     if not VERL_CONFIG_DIR.joinpath(f"{CONFIG_NAME}.yaml").is_file():
         raise PreflightError(f"{VERL_CONFIG_DIR}/{CONFIG_NAME}.yaml is missing: run from a checkout of the project")
     check_files(command)
-    m = int(tset.get("m", 1)) if spec.multi_answer else 1
+    m = int(tset["m"]) if spec.multi_answer else 1
     check_sizes(command, m, int(tset["max_response_length"][spec.prompt]), int(settings["min_tokens_per_answer"]))
     if with_verl:
         check_with_verl(command)
