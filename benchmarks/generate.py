@@ -24,7 +24,7 @@ def build_fixture(n_prompts: int):
     task = resolve("maze")
     tmp = tempfile.mkdtemp(prefix="bench_generate_")
     task.preprocess(tmp, {"train_size": n_prompts, "test_size": 1})
-    from vpo.local.data import read_rows
+    from vpo.data import read_rows
 
     rows = read_rows(tmp, "train")
     prompts = [r["prompt"] for r in rows]
@@ -53,8 +53,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     if args.model:
-        from vpo.local.data import read_rows
-        from vpo.local.model import load_pretrained
+        from vpo.data import read_rows
+        from vpo.generate import load_pretrained
 
         model, tokenizer = load_pretrained(args.model)
         prompts = [r["prompt"] for r in read_rows(args.data, "test")[: args.prompts]]

@@ -59,7 +59,7 @@ def test_json_header_and_candidate_layout(evaluated, tiny_maze_data):
 
 
 def test_candidate_scores_match_an_independent_rescoring(evaluated, tiny_maze_data):
-    from vpo.local.data import read_rows
+    from vpo.data import read_rows
     from vpo_tasks.maze import parse_grid, simulate
 
     _, frame, _ = evaluated

@@ -33,8 +33,8 @@ def test_sampling_settings_reject_bad_values(bad):
 @pytest.fixture(scope="module")
 def model_and_prompts(tiny_base_model, tiny_maze_data):
     from vpo.generate import render_prompts
-    from vpo.local.data import read_rows
-    from vpo.local.model import load_pretrained
+    from vpo.data import read_rows
+    from vpo.generate import load_pretrained
     from vpo.prompts import prepare_row
 
     model, tok = load_pretrained(tiny_base_model)

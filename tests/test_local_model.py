@@ -4,8 +4,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from vpo.generate import load_pretrained  # noqa: E402
 from vpo.local.model import (TAG_PATTERN, TinyModelSettings, build_model, build_tokenizer,  # noqa: E402
-                             frequent_phrases, load_pretrained, save_pretrained_atomic)
+                             frequent_phrases, save_pretrained_atomic)
 
 PROMPTS = [
     f"Navigate a 9x9 maze from S to E.\nS . # G\n- You have {n} steps.\n"

@@ -45,7 +45,7 @@ def strip_timing(records):
 @pytest.mark.parametrize("method", ["grpo", "vpo"])
 def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tiny_base_model, tmp_path):
     from vpo.cli import main
-    from vpo.local.model import load_pretrained
+    from vpo.generate import load_pretrained
     from vpo.task import resolve
 
     out = tmp_path / "run"
@@ -145,7 +145,7 @@ def test_unknown_local_trainer_key_is_named():
 
 def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_data, tmp_path):
     from vpo.cli import main
-    from vpo.local.model import load_pretrained
+    from vpo.generate import load_pretrained
 
     out = tmp_path / "base"
     assert main(["base-model", "--task", "maze", "--data", str(tiny_maze_data), "--preset", "ci",

@@ -30,6 +30,7 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+from vpo.atomic import atomic_file
 
 CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
 SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
@@ -170,14 +171,11 @@ def training_curve_stats(curves: pd.DataFrame) -> pd.DataFrame:
 
 # ---- writing ------------------------------------------------------------------------------------
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Write to a temporary name, then rename: a killed job leaves no complete-looking file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write through vpo.atomic: a killed job leaves no complete-looking file."""
     if "k" in frame.columns:  # integers, empty for scalar metrics (not 1.0, 2.0, ...)
         frame = frame.assign(k=frame["k"].astype("Int64"))
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        frame.to_csv(tmp, index=False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

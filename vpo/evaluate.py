@@ -115,8 +115,8 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
              n_problems: int | None = None, batch_size: int = 256, alpha: float = 1.0) -> dict:
     """Sample, score and write `<out>` (parquet) and its `.json`; returns the JSON payload."""
     from vpo.generate import SamplingSettings, make_backend
-    from vpo.atomic import write_json_atomic
-    from vpo.local.data import read_rows
+    from vpo.atomic import atomic_file, write_json_atomic
+    from vpo.data import read_rows
     from vpo.methods import get_method
     from vpo.prompts import prepare_row
     from vpo.task import resolve
@@ -144,10 +144,8 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
                             "max_new_tokens": sampling.max_new_tokens},
                **metrics, "wall_time_s": round(time.time() - t0, 2)}
     out_path = Path(out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(out_path)
+    with atomic_file(out_path) as tmp:
+        frame.to_parquet(tmp, index=False)
     write_json_atomic(out_path.with_suffix(".json"), payload)
     return payload
 

@@ -14,9 +14,27 @@ The embedded trainer uses the token-level `sample_responses`, which returns toke
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 BACKENDS = ("transformers", "vllm")
+
+
+def load_pretrained(path: str | Path, *, dtype=None):
+    """Load (model, tokenizer) from a Hugging Face directory; clear error if it is not one."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{path} is not a Hugging Face model directory (no config.json). "
+            "Build it with `vpo base-model` (local backend) or `vpo merge --run <run dir>`."
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    return model, tokenizer
 
 
 @dataclass(frozen=True)
@@ -125,8 +143,6 @@ class TransformersBackend:
     def __init__(self, model_path=None, *, model=None, tokenizer=None, batch_size: int = 256,
                  progress: bool = True, device: str | None = None):
         if model is None:
-            from vpo.local.model import load_pretrained
-
             model, tokenizer = load_pretrained(model_path)
         if device is not None:
             model = model.to(device)

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from vpo.atomic import atomic_dir
 
 
 class MergeError(RuntimeError):
@@ -64,40 +65,26 @@ def latest_actor_dir(checkpoints: Path) -> Path:
     return actor
 
 
-def _publish(tmp: Path, target: Path) -> None:
-    """Rename the finished temporary directory onto target (replacing an older model)."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def merge_fsdp(actor_dir: Path, target: Path) -> Path:
     """veRL's FSDP merger from `actor_dir` into `target` (via a temporary directory)."""
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-               "--local_dir", str(actor_dir), "--target_dir", str(tmp)]
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")  # the merge is CPU work; keep it off a shared GPU
-    result = subprocess.run(command, env=env)
-    if result.returncode != 0 or not (tmp / "config.json").is_file():
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise MergeError(f"veRL's model merger failed (status {result.returncode}) on {actor_dir}; see its output above")
-    _publish(tmp, target)
+    with atomic_dir(target) as tmp:
+        tmp.rmdir()  # the merger creates its target directory itself
+        command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+                   "--local_dir", str(actor_dir), "--target_dir", str(tmp)]
+        result = subprocess.run(command, env=env)
+        if result.returncode != 0 or not (tmp / "config.json").is_file():
+            raise MergeError(f"veRL's model merger failed (status {result.returncode}) on {actor_dir}; "
+                             "see its output above")
     return target
 
 
 def copy_local(final_dir: Path, target: Path) -> Path:
     if not (final_dir / "config.json").is_file():
         raise MergeError(f"{final_dir} has no config.json: the local trainer did not save its final model")
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(final_dir, tmp)
-    _publish(tmp, target)
+    with atomic_dir(target) as tmp:
+        shutil.copytree(final_dir, tmp, dirs_exist_ok=True)
     return target
 
 

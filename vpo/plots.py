@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from vpo.aggregate import training_curve_stats
+from vpo.atomic import atomic_file
 from vpo.tables import method_label, task_label
 
 METHOD_ORDER = ["grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"]
@@ -78,11 +79,8 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     rows = math.ceil(len(axes) / 3)
     fig.tight_layout(rect=(0, (0.02 + 0.07 * legend_rows) / rows, 1, 1))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
-    fig.savefig(tmp)
-    os.replace(tmp, out)
+    with atomic_file(out) as tmp:
+        fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 
 
 def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out):

@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from vpo.atomic import atomic_dir
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 INSTALLABLE = ("slurm", "lsf")
@@ -35,10 +36,8 @@ def install_profile(name: str, dest_root: Path | None = None, as_name: str | Non
             f"{dest} already exists and is left as it is; compare with `diff -r {source} {dest}`, "
             f"or install under another name with --as"
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.copytree(source, tmp)
-    os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
     return dest
 
 

@@ -97,7 +97,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
     import torch
 
     from vpo.atomic import write_json_atomic
-    from vpo.local.data import read_rows
+    from vpo.data import read_rows
     from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases,
                                  save_pretrained_atomic)
     from vpo.local.rl import pack_rollouts, response_logprobs

@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-from vpo.atomic import write_text_atomic
+from vpo.atomic import atomic_dir, write_text_atomic
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -42,24 +42,17 @@ def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_
     import torch
 
     root = Path(checkpoint_root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
-    tmp = root / f".step_{step}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    state = {
-        "step": step,
-        "optimizer": optimizer.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "numpy_rng": np_rng.bit_generator.state,
-    }
-    torch.save(state, tmp / "trainer_state.pt")
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        state = {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np_rng.bit_generator.state,
+        }
+        torch.save(state, tmp / "trainer_state.pt")
     for old in checkpoint_steps(root)[:-keep] if keep > 0 else []:
         shutil.rmtree(root / f"step_{old}", ignore_errors=True)
     return final

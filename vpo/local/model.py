@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
+from vpo.atomic import atomic_dir
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
@@ -140,35 +140,9 @@ def count_parameters(model) -> int:
 
 
 def save_pretrained_atomic(model, tokenizer, out_dir: str | os.PathLike) -> Path:
-    """Save model + tokenizer to `out_dir` via a sibling temp directory and a rename.
-
-    A killed writer leaves only `<out_dir>.tmp-<pid>`, never a half-written `out_dir`.
-    """
-    out = Path(out_dir)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
-
-
-def load_pretrained(path: str | os.PathLike, *, dtype=None):
-    """Load (model, tokenizer) from a Hugging Face directory; clear error if it is not one."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{path} is not a Hugging Face model directory (no config.json). "
-            "Build it with `vpo base-model` (local backend) or `vpo merge --run <run dir>`."
-        )
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    kwargs = {} if dtype is None else {"dtype": dtype}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    return model, tokenizer
+    """Save model + tokenizer to `out_dir` through vpo.atomic.atomic_dir: a killed writer leaves
+    only a hidden temporary sibling, never a half-written `out_dir`."""
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(out_dir)

@@ -84,8 +84,8 @@ def train_local(spec: RunSpec) -> dict:
 
     from vpo.advantage import advantage_for_method
     from vpo.generate import SamplingSettings, render_prompts, sample_responses
-    from vpo.local.data import read_rows
-    from vpo.local.model import load_pretrained
+    from vpo.data import read_rows
+    from vpo.generate import load_pretrained
     from vpo.local.rl import low_var_kl, masked_mean, pack_rollouts, ppo_clip_loss, response_logprobs
     from vpo.methods import get_method
     from vpo.task import resolve
