@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-from vpo.advantage import grpo_advantage, vpo_advantage, vpo_raw_scores
+from vpo.advantage import grpo_advantage, vpo_advantage
+from vpo.vpo_scores import vpo_raw_scores
 
 
 def interleaved_ms(fns: dict, repeats: int) -> dict:

@@ -20,10 +20,10 @@ from vpo.advantage import (
     maxrl_advantage,
     register_estimator,
     vpo_advantage,
-    vpo_raw_scores,
     vpo_single_advantage,
 )
 from vpo.methods import METHODS
+from vpo.vpo_scores import vpo_raw_scores
 from vpo.reward import multi_rlvr_scalar, weighted_scalar
 from vpo.weights import draw_group_weights
 

@@ -7,6 +7,7 @@ trainers, the evaluation, the veRL plug-in and the metrics read those values onl
     as_matrix(item)            one rollout's matrix as float64 (m, k), from JSON text, nested
                                lists or an array; None / "" / [] -> (0, 0)
     group_codes(group_ids)     integer group index per rollout, by first appearance
+    group_slots(codes, ...)    the rollouts of chosen groups laid out by group and slot
 
 Only numpy is needed here.
 """
@@ -61,3 +62,16 @@ def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]
     codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64)
     return codes, len(index)
 
+
+def group_slots(codes: np.ndarray, n_groups: int, gsel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rollouts of groups `gsel`: batch index (R,), group position in gsel (R,), slot inside
+    the group (R,) in batch order, and the group sizes (len(gsel),)."""
+    local = np.full(n_groups, -1, dtype=np.int64)
+    local[gsel] = np.arange(len(gsel))
+    rsel = np.flatnonzero(local[codes] >= 0)
+    lg = local[codes[rsel]]
+    count = np.bincount(lg, minlength=len(gsel))
+    order = np.argsort(lg, kind="stable")
+    slot = np.empty(len(rsel), dtype=np.int64)
+    slot[order] = np.arange(len(rsel)) - (np.cumsum(count) - count)[lg[order]]
+    return rsel, lg, slot, count
