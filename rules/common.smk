@@ -23,13 +23,12 @@ METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 # so --configfile/--config overrides reach the commands exactly as the workflow sees them.
 CONFIG_SNAPSHOT = "results/config.yaml"
 write_config(CFG, CONFIG_SNAPSHOT)
-# Every job's shell: the snapshot and preset for `vpo` commands that take no --config/--preset,
-# and (unless conda provides the software) the Python that runs Snakemake, so a venv need not
-# be activated.
+# Every job's shell: (unless conda provides the software) the Python that runs Snakemake, so a
+# venv need not be activated. Jobs get the snapshot and preset as --config / --preset flags.
 _python_dir = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
     f"export PATH={Path(sys.executable).parent}:$PATH; "
 )
-shell.prefix(f"set -euo pipefail; {_python_dir}export VPO_CONFIG={CONFIG_SNAPSHOT} VPO_PRESET={PRESET}; ")
+shell.prefix(f"set -euo pipefail; {_python_dir}")
 
 
 wildcard_constraints:

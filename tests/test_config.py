@@ -19,9 +19,7 @@ def raw():
     return yaml.safe_load(CONFIG.read_text())
 
 
-def test_default_is_the_cpu_preset(monkeypatch):
-    monkeypatch.delenv("VPO_CONFIG", raising=False)
-    monkeypatch.delenv("VPO_PRESET", raising=False)
+def test_default_is_the_cpu_preset():
     cfg = load_config(CONFIG)
     assert cfg["preset"] == "cpu" and cfg["backend"] == "local" and cfg["tasks"] == ["maze"]
     # the preset merges into the task's data settings without dropping the other keys
@@ -47,13 +45,13 @@ def test_every_preset_resolves_and_resolving_twice_changes_nothing():
         assert resolve_config(cfg) == cfg
 
 
-def test_environment_selects_file_and_preset(monkeypatch, tmp_path):
+def test_a_snapshot_reads_back_as_the_config_it_was_written_from(tmp_path):
     snapshot = tmp_path / "resolved.yaml"
-    write_config(load_config(CONFIG, preset="ci"), snapshot)
-    monkeypatch.setenv("VPO_CONFIG", str(snapshot))
-    monkeypatch.setenv("VPO_PRESET", "ci")
-    assert load_config()["methods"] == ["grpo", "vpo"]
-    assert write_config(load_config(), snapshot) is False  # identical content is not rewritten
+    cfg = load_config(CONFIG, preset="ci")
+    write_config(cfg, snapshot)
+    assert load_config(snapshot) == cfg  # its own `preset` key selects the preset again
+    assert load_config(snapshot)["methods"] == ["grpo", "vpo"]
+    assert write_config(load_config(snapshot), snapshot) is False  # identical content is not rewritten
 
 
 def test_overrides_merge_last(raw):

@@ -24,11 +24,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = "config.yaml"
 
-# Environment variables the workflow sets for every `vpo` command it runs, so a command that is
-# not given --config/--preset still reads the experiment the workflow is running.
-ENV_CONFIG = "VPO_CONFIG"
-ENV_PRESET = "VPO_PRESET"
-
 
 class ConfigError(ValueError):
     """config.yaml (or an override) is invalid; the message names the key and the fix."""
@@ -140,11 +135,10 @@ def load_config(
     preset: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Read config.yaml (default: $VPO_CONFIG, else ./config.yaml) and resolve it.
-
-    preset: None -> $VPO_PRESET, else the file's own `preset` key.
+    """Read a config file (default ./config.yaml; the workflow hands jobs its snapshot with --config)
+    and resolve it. preset: None -> the file's own `preset` key.
     """
-    path = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+    path = Path(path or DEFAULT_CONFIG)
     if not path.exists():
         raise ConfigError(f"config file {path} not found; run from the repository root or pass --config")
     with open(path) as fh:
@@ -152,7 +146,7 @@ def load_config(
             raw = yaml.safe_load(fh)
         except yaml.YAMLError as err:
             raise ConfigError(f"{path} is not valid YAML: {err}") from err
-    return resolve_config(raw, preset or os.environ.get(ENV_PRESET) or None, overrides, source=str(path))
+    return resolve_config(raw, preset, overrides, source=str(path))
 
 
 def task_settings(cfg: Mapping[str, Any], task: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@
     vpo preprocess --task maze --out results/data/maze --config config.yaml --preset cpu
 
 Settings come from, in increasing priority: the task's defaults (the paper's), the config's
-`task_settings.<task>.data` when --config is given (or $VPO_CONFIG is set), then the flags below
+`task_settings.<task>.data` when --config is given, then the flags below
 and any `--set key=value`. The task checks every setting before generating anything.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
@@ -31,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name, e.g. maze")
     parser.add_argument("--out", required=True, help="output directory for train.parquet and test.parquet")
     parser.add_argument("--config", default=None, help="config.yaml to read task_settings.<task>.data from "
-                        "(default: $VPO_CONFIG if set, else only the task's defaults and the flags)")
+                        "(default: only the task's defaults and the flags)")
     parser.add_argument("--preset", default=None, help="preset of --config to apply (default: the file's own)")
     parser.add_argument("--train-size", type=int, default=None, help="training rows (maze default 1000)")
     parser.add_argument("--test-size", type=int, default=None, help="test rows (maze default 100)")
@@ -59,7 +58,7 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The task's data settings: config (if any) < flags < --set."""
     settings: dict[str, Any] = {}
-    if args.config or os.environ.get("VPO_CONFIG"):
+    if args.config:
         from vpo.config import load_config, task_settings
 
         cfg = load_config(args.config, args.preset)
