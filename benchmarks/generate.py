@@ -18,6 +18,7 @@ import time
 def build_fixture(n_prompts: int):
     """A random-init tiny model (cpu preset size) and tokenizer for fresh maze prompts."""
     from vpo.local.model import build_model, build_tokenizer, frequent_phrases
+    from vpo.config import load_config
     from vpo.local.settings import LocalTrainerSettings
     from vpo.task import resolve
 
@@ -31,7 +32,7 @@ def build_fixture(n_prompts: int):
     texts = [p[0]["content"] for p in prompts]
     tokenizer = build_tokenizer(texts + ["<answer>UP DOWN LEFT RIGHT</answer>"],
                                 phrases=frequent_phrases(texts, {"UP", "DOWN", "LEFT", "RIGHT"}))
-    model = build_model(len(tokenizer), LocalTrainerSettings().model_settings(), pad_token_id=tokenizer.pad_token_id,
+    model = build_model(len(tokenizer), LocalTrainerSettings.from_dict(load_config(preset="cpu")["local_trainer"]).model_settings(), pad_token_id=tokenizer.pad_token_id,
                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     return model, tokenizer, prompts
 

@@ -5,15 +5,29 @@ from __future__ import annotations
 
 import pytest
 
-# A model of a few thousand parameters and a handful of warm-start steps: enough to exercise every
-# code path (format, sampling, losses, checkpoints), not to learn the task.
-TINY_LOCAL_TRAINER = {
+# config.yaml's local_trainer block with a model of a few thousand parameters and a handful of
+# warm-start steps: enough to exercise every code path (format, sampling, losses, checkpoints), not
+# to learn the task.
+TINY_CHANGES = {
     "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64, "max_positions": 512,
     "warm_start_steps": 6, "warm_start_batch": 4,
     "steps": 4, "prompts_per_step": 2, "rollouts_per_prompt": 3, "ppo_mini_batches": 2,
     "max_new_tokens": {"single": 16, "multi": 40, "goal": 16},
     "checkpoint_every": 2, "keep_checkpoints": 2, "threads": 1,
 }
+
+
+def local_trainer_block(**changes) -> dict:
+    """config.yaml's local_trainer block (the file's own values, no preset) with `changes`."""
+    from pathlib import Path
+
+    import yaml
+
+    block = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())["local_trainer"]
+    return {**block, **changes}
+
+
+TINY_LOCAL_TRAINER = local_trainer_block(**TINY_CHANGES)
 
 
 @pytest.fixture(scope="session")

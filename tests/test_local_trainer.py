@@ -137,10 +137,14 @@ def test_bad_input_fails_before_training(tiny_config, tiny_maze_data, tiny_base_
 def test_unknown_local_trainer_key_is_named():
     from vpo.local.settings import LocalTrainerSettings
 
+    from conftest import local_trainer_block
+
     with pytest.raises(ValueError, match="lerning_rate"):
-        LocalTrainerSettings.from_dict({"lerning_rate": 1.0})
+        LocalTrainerSettings.from_dict(local_trainer_block(lerning_rate=1.0))
+    with pytest.raises(ValueError, match=r"missing \['lr'\]"):
+        LocalTrainerSettings.from_dict({k: v for k, v in local_trainer_block().items() if k != "lr"})
     with pytest.raises(ValueError, match="divisible"):
-        LocalTrainerSettings.from_dict({"prompts_per_step": 3, "ppo_mini_batches": 2})
+        LocalTrainerSettings.from_dict(local_trainer_block(prompts_per_step=3, ppo_mini_batches=2))
 
 
 def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_data, tmp_path):

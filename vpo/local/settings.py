@@ -1,52 +1,52 @@
-"""Typed settings of the embedded CPU backend (config.yaml block `local_trainer`).
-
-Defaults are the cpu preset's sizes (DESIGN section 5; measured on a shared 2-core machine: width 64
-keeps an RL step of 64 rollouts near 2 s on one thread). The RL knobs mirror veRL's
-(`actor.clip_ratio`, `kl_loss_coef`, `ppo_mini_batch_size`, `rollout.n`); only the scale is smaller.
+"""Typed settings of the embedded CPU backend: the `local_trainer` block of config.yaml, which is
+the one place their values live (width 64 keeps an RL step of 64 rollouts near 2 s on one thread).
+The RL knobs mirror veRL's (`actor.clip_ratio`, `kl_loss_coef`, `ppo_mini_batch_size`,
+`rollout.n`); only the scale is smaller.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from vpo.local.model import TinyModelSettings
 
 
 @dataclass(frozen=True)
 class LocalTrainerSettings:
+    """The `local_trainer` block of config.yaml, where every value is set (and commented)."""
+
     # -- tiny model (the base model step builds it) --
-    hidden_size: int = 64  # model width
-    num_layers: int = 2  # transformer blocks
-    num_heads: int = 4  # attention heads
-    intermediate_size: int = 128  # MLP width
-    max_positions: int = 1024  # longest prompt + response the model can see
+    hidden_size: int  # model width
+    num_layers: int  # transformer blocks
+    num_heads: int  # attention heads
+    intermediate_size: int  # MLP width
+    max_positions: int  # longest prompt + response the model can see
     # -- warm start: supervised training on the task's synthetic demonstrations --
-    warm_start_steps: int = 500  # optimizer steps
-    warm_start_batch: int = 16  # sequences per step
-    warm_start_lr: float = 3e-3  # AdamW learning rate (cosine decay to 10%)
-    warm_start_multi_fraction: float = 0.5  # share of multi-answer demonstrations (rest single/goal)
-    warm_start_goal_fraction: float = 0.15  # share of goal-conditioned prompts among single-answer ones
+    warm_start_steps: int  # optimizer steps
+    warm_start_batch: int  # sequences per step
+    warm_start_lr: float  # AdamW learning rate (cosine decay to 10%)
+    warm_start_multi_fraction: float  # share of multi-answer demonstrations (rest single/goal)
+    warm_start_goal_fraction: float  # share of goal-conditioned prompts among single-answer ones
     # -- RL loop --
-    steps: int = 30  # RL steps (one batch of prompts each)
-    prompts_per_step: int = 8  # prompts per step (veRL train_batch_size)
-    rollouts_per_prompt: int = 8  # group size G (veRL rollout.n)
-    ppo_mini_batches: int = 2  # optimizer updates per step (batch / ppo_mini_batch_size)
-    lr: float = 5e-4  # AdamW learning rate, constant, no warmup (tiny models take large steps)
-    weight_decay: float = 0.01  # AdamW weight decay
-    grad_clip: float = 1.0  # max gradient norm
-    clip_ratio: float = 0.2  # PPO clip, low and high
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
-    kl_coef: float = 1e-3  # low-variance KL to the reference (base) model
-    entropy_coef: float = 0.0  # entropy bonus (0 as in the paper)
-    temperature: float = 1.0  # rollout sampling temperature
-    top_p: float = 1.0  # rollout nucleus sampling
-    max_new_tokens: dict = field(default_factory=lambda: {"single": 40, "multi": 120, "goal": 40})
-    # ^ response token limit per prompt kind (multi must fit m answers)
-    checkpoint_every: int = 10  # steps between checkpoints (and at the last step)
-    keep_checkpoints: int = 2  # how many step_N directories to keep
-    generation_batch: int = 256  # sequences per generation forward
-    threads: int = 1  # torch intra-op threads (1: parallel jobs do not oversubscribe); 0 = torch's default
+    steps: int  # RL steps (one batch of prompts each)
+    prompts_per_step: int  # prompts per step (veRL train_batch_size)
+    rollouts_per_prompt: int  # group size G (veRL rollout.n)
+    ppo_mini_batches: int  # optimizer updates per step (batch / ppo_mini_batch_size)
+    lr: float  # AdamW learning rate, constant, no warmup
+    weight_decay: float  # AdamW weight decay
+    grad_clip: float  # max gradient norm
+    clip_ratio: float  # PPO clip, low and high
+    clip_ratio_c: float  # dual-clip bound for negative advantages
+    kl_coef: float  # low-variance KL to the reference (base) model
+    entropy_coef: float  # entropy bonus
+    temperature: float  # rollout sampling temperature
+    top_p: float  # rollout nucleus sampling
+    max_new_tokens: dict  # response token limit per prompt kind (single, multi, goal)
+    checkpoint_every: int  # steps between checkpoints (and at the last step)
+    keep_checkpoints: int  # how many step_N directories to keep
+    generation_batch: int  # sequences per generation forward
+    threads: int  # torch intra-op threads; 0 = torch's default
 
     def model_settings(self) -> TinyModelSettings:
         return TinyModelSettings(
@@ -70,8 +70,10 @@ class LocalTrainerSettings:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown local_trainer key(s) {unknown}; known keys: {sorted(known)}")
-        if "max_new_tokens" in values:
-            values["max_new_tokens"] = {**cls().max_new_tokens, **dict(values["max_new_tokens"])}
+        missing = sorted(known - set(values))
+        if missing:
+            raise ValueError(f"local_trainer is missing {missing}; config.yaml's local_trainer block sets every key")
+        values["max_new_tokens"] = dict(values["max_new_tokens"])
         settings = cls(**values)
         if settings.prompts_per_step % settings.ppo_mini_batches:
             raise ValueError(

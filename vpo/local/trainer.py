@@ -35,7 +35,7 @@ class RunSpec:
     data_dir: str  # directory with train.parquet
     base_model: str  # warm-started Hugging Face model directory (`vpo base-model`)
     out_dir: str  # the run directory
-    settings: LocalTrainerSettings = field(default_factory=LocalTrainerSettings)
+    settings: LocalTrainerSettings  # config.yaml's local_trainer block
     method_settings: dict = field(default_factory=dict)  # estimator knobs (alpha, sampler, n_weights, k)
     m: int = 3  # answers per rollout for multi-answer methods
     preset: str = "cpu"  # recorded in train.json
