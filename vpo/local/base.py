@@ -65,7 +65,7 @@ def encode_example(tokenizer, messages, response: str) -> tuple[list[int], list[
 
 def sampled_success(model, tokenizer, task, rows, cfg: LocalTrainerSettings, m: int, seed: int, n_prompts: int = 16,
                     n_samples: int = 4) -> dict:
-    """Mean score and the share of samples reaching the goal (task.is_correct), per prompt form."""
+    """Mean score and the share of samples with a solved answer (the reward's `acc`), per prompt form."""
     from vpo.generate import SamplingSettings, render_prompts, sample_responses
     from vpo.reward import compute_score
 
@@ -84,8 +84,7 @@ def sampled_success(model, tokenizer, task, rows, cfg: LocalTrainerSettings, m: 
             result = compute_score(row["data_source"], tokenizer.decode(resp, skip_special_tokens=True),
                                    row["reward_model"]["ground_truth"], extra)
             scores.append(float(result["score"]))
-            matrix = np.asarray(json.loads(result["sub_scores"]), dtype=float).reshape(-1, task.k)
-            solved.append(any(task.is_correct(v) for v in matrix))
+            solved.append(result["acc"] == 1.0)  # some answer solved (the reward's own verdict)
         out[f"{mode}/score_mean"] = float(np.mean(scores))
         out[f"{mode}/success_rate"] = float(np.mean(solved))
     return out
