@@ -210,3 +210,17 @@ def test_reward_under_naive_reward_manager(datasets, tokenizer, method):
     assert {"score", "sub_scores", "acc"} <= set(key_sets[0])
     assert scores[-1] == 0.0  # unparseable text scores zero, without raising
     assert max(scores) > 0.0  # the demonstrations include routes that reach the exit
+
+
+@pytest.mark.parametrize("task, source", [("musique", "musique")])
+def test_dataset_task_parquet_loads_in_rlhf_dataset(tmp_path, task, source):
+    """Each dataset task's preprocessed fixture, rewritten for a multi-answer method, in veRL's loader."""
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from vpo.task import resolve
+
+    train, _ = resolve(task).preprocess(str(tmp_path), {"path": str(REPO / "tests" / "fixtures" / source)})
+    dataset = create_rl_dataset([str(train)], _compose("vpo").data, tokenizer=None, processor=None)
+    item = dataset[0]
+    assert item["extra_info"]["num_solutions"] == M and "<response_1>" in item["raw_prompt"][-1]["content"]
+

@@ -14,6 +14,7 @@ Only numpy is needed here.
 
 from __future__ import annotations
 
+import random
 import re
 from collections import UserDict
 from importlib.metadata import entry_points
@@ -112,6 +113,15 @@ class Task:
         if len(values) != self.k:
             raise ValueError(f"task {self.name!r}: scorer returned {len(values)} values, expected k={self.k}")
         return [min(1.0, max(0.0, v)) if np.isfinite(v) else 0.0 for v in values]
+
+
+def as_random(rng: Any) -> random.Random:
+    """A demonstration's generator as random.Random: given one, derived from a numpy Generator, or seeded."""
+    if isinstance(rng, random.Random):
+        return rng
+    if isinstance(rng, np.random.Generator):
+        return random.Random(int(rng.integers(2**62)))
+    return random.Random(rng)
 
 
 # ---- the registry ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task
+from vpo.task import Task, as_random
 from vpo_tasks.maze_generator import CENTER, CORNERS, SIZE, generate_mazes
 
 MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
@@ -31,6 +31,7 @@ BONUS_MULT = 1.5  # convex_bonus: squared fractions times this once a B tile was
 
 MOVE_RE = re.compile(r"\b(UP|DOWN|LEFT|RIGHT)\b")
 ANSWER_OPEN, ANSWER_CLOSE = re.compile("<answer>", re.IGNORECASE), re.compile("</answer>", re.IGNORECASE)
+DASH_SPLIT = re.compile(r"(?:---)+")  # runs of separators give no empty parts to skip one by one
 
 Cell = tuple[int, int]
 
@@ -144,7 +145,8 @@ def route_slots(text: str, m: int) -> list[str]:
         slots.append(found[0] if found else None)
     if any(slot is not None for slot in slots):
         return [slot or "" for slot in slots]
-    for parts in ([p.strip() for p in text.split("---") if p.strip()], _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
+    dash_parts = [p for p in DASH_SPLIT.split(text) if p.strip()]  # = split on "---", strip, drop empties
+    for parts in ([p.strip() for p in dash_parts], _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
         if len(parts) >= 2:
             return (parts + [""] * m)[:m]
     return [text] + [""] * (m - 1)
@@ -257,7 +259,7 @@ class MazeTask(Task):
     def demonstration(self, row: dict[str, Any], rng: Any, n_answers: int) -> str:
         """Well-formed answers of mixed quality: shortest, corner, centre and lava-free routes,
         truncated ones and random walks. Quality is drawn, never chosen from the reward."""
-        rng = _as_random(rng)
+        rng = as_random(rng)
         gt = row["reward_model"]["ground_truth"]
         grid = parse_grid(gt["grid_text"])
         start = tuple(int(x) for x in gt["start"])
@@ -266,14 +268,6 @@ class MazeTask(Task):
         if n_answers <= 1:
             return f"<answer>{routes[0]}</answer>"
         return _route_tags(routes)
-
-
-def _as_random(rng: Any) -> random.Random:
-    if isinstance(rng, random.Random):
-        return rng
-    if isinstance(rng, np.random.Generator):
-        return random.Random(int(rng.integers(2**62)))
-    return random.Random(rng)
 
 
 def _path(grid: list[list[str]], a: Cell, b: Cell, rng: random.Random, blocked: str = "#") -> list[str]:

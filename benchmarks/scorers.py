@@ -1,0 +1,51 @@
+"""Worst-case scoring time of each task's reward on 1 MB adversarial responses (goal: every call
+under 50 ms). Prints one line per task with its slowest input.
+
+    python benchmarks/scorers.py
+"""
+
+from __future__ import annotations
+
+import time
+
+from vpo.reward import compute_score
+
+MB = 1_000_000
+
+
+def inputs(tag_pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Long texts built from a task's tags: unclosed openers, many closers, one huge block, noise."""
+    out = {"noise": "x " * (MB // 2)}
+    for opener, closer in tag_pairs:
+        out[f"unclosed {opener}"] = (opener * (MB // len(opener)))[:MB]
+        out[f"closers {closer}"] = (closer * (MB // len(closer)))[:MB]
+        out[f"one block {opener}"] = opener + "word, 1, " * (MB // 9) + closer
+    return out
+
+
+CASES = {
+    "maze": ({"grid_text": "S . .\n. . .\n. . E", "start": [0, 0], "end": [2, 2], "max_steps": 6, "num_gold": 0,
+              "num_diamond": 0, "num_lava": 0, "score_mode": "convex_bonus"},
+             [("<answer>", "</answer>"), ("<route_1>", "</route_1>"), ("---", "---")]),
+    "musique": ({"answer": "Miquette Giraudy", "answer_aliases": ["Miquette"], "supporting_indices_ordered": [3, 1],
+                 "num_hops": 2},
+                [("<answer>", "</answer>"), ("<support>", "</support>"), ("<response_1>", "</response_1>")]),
+}
+
+
+def main() -> None:
+    for task, (truth, tags) in CASES.items():
+        worst, worst_name = 0.0, ""
+        for name, text in inputs(tags).items():
+            for m in (1, 3):
+                start = time.perf_counter()
+                compute_score(task, text, truth, {"num_solutions": m})
+                took = time.perf_counter() - start
+                if took > worst:
+                    worst, worst_name = took, f"{name}, m={m}"
+        verdict = "ok" if worst < 0.05 else "OVER"
+        print(f"{task:8s} slowest call on a 1 MB response: {worst * 1000:7.1f} ms ({worst_name})  goal < 50 ms: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

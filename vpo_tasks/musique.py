@@ -1,0 +1,239 @@
+"""musique: MuSiQue-Ans multi-hop question answering (k = 5: hop_1..hop_4, answer_f1).
+
+The model reads about 20 paragraphs, cites the ones supporting each reasoning step in
+`<support>i, j</support>` and answers in `<answer>...</answer>` (tasks.md 2). hop_i is 1 when the
+gold paragraph of step i is among the first four distinct cited indices (steps past the question's
+hop count score 1); answer_f1 is SQuAD-style token F1 against the answer and its aliases; an
+answer-less response scores zero everywhere. Multi-answer responses use `<response_i>` slots.
+
+Data: `dgslibisey/MuSiQue` (train 19,938 rows; validation 2,417, the source of the test split),
+or the same two jsonl files in a local directory (`data.path`). The paper's test set is 300
+validation questions stratified by hop count (100 each of 2, 3 and 4 hops).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from vpo.atomic import write_parquet_atomic
+from vpo.task import Task, as_random
+from vpo_tasks.hub import local_files, load_hub_dataset
+from vpo_tasks.response_slots import distinct_slots, first_block, slot_matrix
+
+MAX_HOPS = 4  # hop channels; also the citation cap (first 4 distinct indices)
+FILES = {"train": "musique_ans_v1.0_train.jsonl", "validation": "musique_ans_v1.0_dev.jsonl"}
+HOP_COUNTS = (2, 3, 4)
+ARTICLES = re.compile(r"\b(a|an|the)\b")
+PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+@dataclass
+class MusiqueSettings:
+    path: str | None = None  # directory with the two upstream jsonl files; None: the hub dataset below
+    dataset: str = "dgslibisey/MuSiQue"  # Hugging Face dataset id
+    eval_size: int = 300  # test questions drawn from validation; 0: all validation rows
+    eval_split: str = "hop_stratified"  # hop_stratified: eval_size / 3 each of 2, 3, 4 hops (paper); first: file order
+    eval_split_seed: int = 42  # hop_stratified: shuffles each hop bucket, then the concatenation
+    train_size: int | None = None  # cap on training rows (in file order); None: all
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> "MusiqueSettings":
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"musique: unknown setting(s) {unknown}; known: {sorted(known)}")
+        settings = cls(**values)
+        if settings.eval_split not in ("hop_stratified", "first"):
+            raise ValueError(f"musique: eval_split {settings.eval_split!r} is not one of hop_stratified, first")
+        if settings.eval_size < 0 or (settings.eval_split == "hop_stratified" and settings.eval_size % len(HOP_COUNTS)):
+            raise ValueError(f"musique: eval_size {settings.eval_size} must be a non-negative multiple of 3 "
+                             "for the hop-stratified split")
+        return settings
+
+
+# ---- scoring (tasks.md 2.3) ------------------------------------------------------------------
+def normalize(text: str) -> str:
+    """Lowercase, whole-word articles to spaces, punctuation deleted, whitespace collapsed."""
+    return " ".join(ARTICLES.sub(" ", str(text).lower()).translate(PUNCTUATION).split())
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """Word-level F1 of the normalised strings (1 when both are empty)."""
+    return best_token_f1(prediction, [gold])
+
+
+def best_token_f1(prediction: str, golds: Sequence[str]) -> float:
+    """Max over golds of token_f1(prediction, gold); the prediction is normalised once."""
+    pred = normalize(prediction).split()
+    counts = Counter(pred)
+    best = 0.0
+    for gold in golds:
+        ref = normalize(gold).split()
+        if not pred or not ref:
+            best = max(best, float(pred == ref))
+            continue
+        same = sum((counts & Counter(ref)).values())
+        if same:
+            precision, recall = same / len(pred), same / len(ref)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def cited_indices(text: str) -> list[int]:
+    """Indices of the first <support> block: comma-separated tokens made only of decimal digits."""
+    block = first_block(text, "<support>", "</support>")
+    tokens = (token.strip() for token in (block or "").split(","))
+    return [int(token) for token in tokens if token.isdecimal()]
+
+
+def score_answer(text: str, truth: dict[str, Any]) -> list[float]:
+    """[hop_1..hop_4, answer_f1] of one answer text."""
+    answer = (first_block(text, "<answer>", "</answer>") or "").strip()
+    if not answer:
+        return [0.0] * (MAX_HOPS + 1)
+    capped: list[int] = []
+    for index in cited_indices(text):
+        if index not in capped:
+            capped.append(index)
+            if len(capped) == MAX_HOPS:
+                break
+    gold = [int(i) for i in truth["supporting_indices_ordered"]]
+    hops = [float(gold[i] in capped) if i < len(gold) else 1.0 for i in range(MAX_HOPS)]
+    aliases = truth.get("answer_aliases")  # a list, or an array after a parquet round trip
+    golds = [truth["answer"], *(list(aliases) if aliases is not None else [])]
+    return hops + [best_token_f1(answer, golds)]
+
+
+# ---- data ------------------------------------------------------------------------------------
+def read_jsonl(path: os.PathLike | str) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def load_raw(settings: MusiqueSettings) -> dict[str, list[dict[str, Any]]]:
+    """{"train": records, "validation": records} in the upstream schema."""
+    if settings.path:
+        return {split: read_jsonl(p) for split, p in local_files("musique", settings.path, FILES).items()}
+    loaded = load_hub_dataset("musique", settings.dataset)
+    return {split: [dict(r) for r in loaded[split]] for split in ("train", "validation")}
+
+
+def hop_stratified(records: list[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
+    """size / 3 questions of each hop count, each bucket shuffled with `seed`, concatenated, shuffled
+    again with `seed` (a bucket with fewer questions gives all it has)."""
+    per_hop = size // len(HOP_COUNTS)
+    chosen: list[dict[str, Any]] = []
+    for hops in HOP_COUNTS:
+        bucket = [r for r in records if len(r["question_decomposition"]) == hops]
+        random.Random(seed).shuffle(bucket)
+        chosen += bucket[:per_hop]
+    random.Random(seed).shuffle(chosen)
+    return chosen
+
+
+FORMAT_LINE = ("First reason about which paragraphs matter, then give the supporting paragraph indices as "
+               "<support>i, j, k</support> and the final answer as <answer>your answer</answer>.")
+
+
+def build_prompt(record: dict[str, Any]) -> str:
+    paragraphs = "\n".join(f"[{p['idx']}] (Title: {p['title']}) {p['paragraph_text']}" for p in record["paragraphs"])
+    return ("Read the paragraphs below and answer the multi-hop question. Identify which paragraphs "
+            f"support your answer.\n\nParagraphs:\n{paragraphs}\n\nQuestion: {record['question']}\n\n{FORMAT_LINE}")
+
+
+class MusiqueTask(Task):
+    name = "musique"
+    data_source = "musique"
+    objectives = (
+        ("hop_1", "Finding evidence for reasoning step 1"),
+        ("hop_2", "Finding evidence for reasoning step 2"),
+        ("hop_3", "Finding evidence for reasoning step 3"),
+        ("hop_4", "Finding evidence for reasoning step 4"),
+        ("answer_f1", "Answer word-level accuracy"),
+    )
+    scalar_weights = (1 / 7, 1 / 7, 1 / 7, 1 / 7, 3 / 7)  # (hop_1 + ... + hop_4 + 3 answer_f1) / 7
+    default_m = 3
+    single_format_line = FORMAT_LINE
+
+    def is_correct(self, vector: Sequence[float]) -> bool:
+        """Solved: every hop found and answer F1 = 1."""
+        return bool(len(vector) == self.k and min(vector) >= 1.0)
+
+    def rows(self, split: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for i, record in enumerate(records):
+            steps = record["question_decomposition"]
+            truth = {"answer": record["answer"], "answer_aliases": list(record.get("answer_aliases") or []),
+                     "supporting_indices_ordered": [int(s["paragraph_support_idx"]) for s in steps],
+                     "num_hops": len(steps)}
+            out.append({
+                "data_source": self.data_source,
+                "prompt": [{"role": "user", "content": build_prompt(record)}],
+                "ability": "reasoning",
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {"split": split, "index": i, "task_id": f"musique-{record['id']}",
+                               "musique_id": record["id"], "num_hops": len(steps)},
+            })
+        return out
+
+    def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
+        s = MusiqueSettings.from_dict(settings)
+        raw = load_raw(s)
+        train = raw["train"][: s.train_size] if s.train_size is not None else raw["train"]
+        test = raw["validation"]
+        if s.eval_size and s.eval_split == "hop_stratified":
+            test = hop_stratified(test, s.eval_size, s.eval_split_seed)
+        elif s.eval_size:
+            test = test[: s.eval_size]
+        return (write_parquet_atomic(self.rows("train", train), os.path.join(out_dir, "train.parquet")),
+                write_parquet_atomic(self.rows("test", test), os.path.join(out_dir, "test.parquet")))
+
+    # -- answers
+    def split_answers(self, text: str, m: int) -> list[str]:
+        if m == 1:
+            return [text.strip()] if first_block(text, "<answer>", "</answer>") else []
+        return distinct_slots(text, m)
+
+    def parses(self, text: str) -> bool:
+        return bool((first_block(str(text), "<answer>", "</answer>") or "").strip())
+
+    def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
+        return score_answer(str(answer), ground_truth)
+
+    def score_multi(self, text: str, ground_truth: dict[str, Any], m: int) -> list[list[float]]:
+        return slot_matrix(text, m, self.k, lambda slot: self._clean(score_answer(slot, ground_truth)))
+
+    def multi_format(self, m: int) -> str:
+        return (f"Give {m} different answers, each in its own block <response_1></response_1> to "
+                f"<response_{m}></response_{m}>; inside each block put <support>indices</support> and "
+                "<answer>your answer</answer>.")
+
+    # -- warm-start demonstrations (CPU trainer only)
+    def demonstration(self, row: dict[str, Any], rng: Any, n_answers: int) -> str:
+        """Well-formed answers of mixed quality: gold, partial or wrong citations; the gold answer,
+        an alias or a paragraph title."""
+        rng = as_random(rng)
+        truth = row["reward_model"]["ground_truth"]
+        gold = list(truth["supporting_indices_ordered"])
+        titles = re.findall(r"\(Title: ([^)]*)\)", row["prompt"][-1]["content"]) or [truth["answer"]]
+
+        def one() -> str:
+            cited = [i for i in gold if rng.random() < 0.7] + [rng.randrange(20) for _ in range(rng.randrange(2))]
+            answer = rng.choice([truth["answer"], truth["answer"], *truth["answer_aliases"], rng.choice(titles)])
+            return f"<support>{', '.join(map(str, cited))}</support><answer>{answer}</answer>"
+
+        if n_answers <= 1:
+            return one()
+        return "\n".join(f"<response_{i}>{one()}</response_{i}>" for i in range(1, n_answers + 1))
+
+
+MUSIQUE = MusiqueTask()  # found through the vpo.tasks entry point `musique` (pyproject.toml)
