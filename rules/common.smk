@@ -5,13 +5,15 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from vpo.config import ConfigError, cell_settings, resolve_config, settings_digest, task_settings
+from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import write_config
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
 try:
     CFG = resolve_config(config, source="config (config.yaml + --configfile/--config)")
+    # a relative data.path names a directory of the project (e.g. the ci preset's fixtures)
+    CFG = absolute_data_paths(CFG, Path(workflow.basedir).parent)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 

@@ -118,3 +118,17 @@ def test_deep_merge_and_digests():
     assert settings_digest(cell_settings(changed, "maze", "vpo")) == settings_digest(vpo)
     changed = resolve_config(cfg, overrides={"task_settings": {"maze": {"m": 4}}})
     assert settings_digest(cell_settings(changed, "maze", "vpo")) != settings_digest(vpo)
+
+
+def test_relative_data_paths_are_made_absolute_against_the_project(tmp_path):
+    from vpo.config import absolute_data_paths
+
+    cfg = load_config(CONFIG, preset="ci")
+    assert cfg["task_settings"]["musique"]["data"]["path"] == "tests/fixtures/musique"
+    fixed = absolute_data_paths(cfg, CONFIG.parent)
+    assert fixed["task_settings"]["musique"]["data"]["path"] == str(CONFIG.parent / "tests" / "fixtures" / "musique")
+    assert (Path(fixed["task_settings"]["musique"]["data"]["path"]) / "musique_ans_v1.0_dev.jsonl").is_file()
+    assert cfg["task_settings"]["musique"]["data"]["path"] == "tests/fixtures/musique"  # the input is not changed
+    assert absolute_data_paths(fixed, tmp_path) == fixed  # absolute paths stay
+    assert resolve_config(fixed, "ci") == fixed  # a job re-resolving the snapshot keeps them
+

@@ -39,7 +39,7 @@ def truth(rows, key):
 
 def test_preprocessed_ground_truth(rows):
     by_id, train = rows
-    assert len(train) == 1 and len(by_id) == 3  # one question per hop count (eval_size 300 > fixture)
+    assert len(train) == 9 and len(by_id) == 3  # one question per hop count (eval_size 300 > fixture)
     expected = {"2hop_": ([3, 1], 2), "3hop1": ([0, 4, 2], 3), "4hop1": ([5, 1, 3, 0], 4)}
     for key, (support, hops) in expected.items():
         gt = by_id[key]["reward_model"]["ground_truth"]
@@ -140,7 +140,7 @@ def test_hub_path_reads_the_dataset_through_datasets(tmp_path, monkeypatch):
     monkeypatch.setattr("vpo_tasks.hub.hub_reachable", lambda timeout=3.0: True)
     train, test = mq.MUSIQUE.preprocess(str(tmp_path / "out"), {"eval_size": 3})
     assert calls == ["dgslibisey/MuSiQue"]
-    assert len(pd.read_parquet(train)) == 1 and len(pd.read_parquet(test)) == 3
+    assert len(pd.read_parquet(train)) == 9 and len(pd.read_parquet(test)) == 3
 
 
 def test_unreachable_hub_fails_fast_naming_the_path_setting(tmp_path):

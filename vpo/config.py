@@ -149,6 +149,20 @@ def load_config(
     return resolve_config(raw, preset, overrides, source=str(path))
 
 
+def absolute_data_paths(cfg: Mapping[str, Any], base: str | os.PathLike) -> dict[str, Any]:
+    """A copy of cfg whose relative `task_settings.<task>.data.path` values (the presets' included,
+    so that re-resolving the copy keeps them) are made absolute against `base` (the project
+    directory): jobs find them whatever directory the workflow runs in."""
+    out = copy.deepcopy(dict(cfg))
+    blocks = [out, *(out.get("presets") or {}).values()]
+    for block in blocks:
+        for settings in (block.get("task_settings") or {}).values():
+            path = (settings.get("data") or {}).get("path")
+            if path and not Path(str(path)).expanduser().is_absolute():
+                settings["data"]["path"] = str((Path(base) / str(path)).resolve())
+    return out
+
+
 def task_settings(cfg: Mapping[str, Any], task: str) -> dict[str, Any]:
     """The resolved settings of one task (data, m, model, lengths, epochs, gpus, eval)."""
     try:
