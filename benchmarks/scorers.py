@@ -30,6 +30,9 @@ CASES = {
     "musique": ({"answer": "Miquette Giraudy", "answer_aliases": ["Miquette"], "supporting_indices_ordered": [3, 1],
                  "num_hops": 2},
                 [("<answer>", "</answer>"), ("<support>", "</support>"), ("<response_1>", "</response_1>")]),
+    "eureqa": ({"chain_entities": ["Ava_Lindqvist", "The_Quiet_Harbor", "Northwind_Pictures", "Port_Elsby",
+                                   "Saltmarsh_County"], "answer": "Ava_Lindqvist", "num_hops": 5},
+               [("<entity_A>", "</entity_A>"), ("<ENTITY_e>", "</entity_E>"), ("<response_1>", "</response_1>")]),
 }
 
 

@@ -14,6 +14,7 @@ closer after it", which is linear in the text.
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 
@@ -24,6 +25,13 @@ def first_block(text: str, opener: str, closer: str) -> str | None:
         return None
     end = text.find(closer, start + len(opener))
     return None if end < 0 else text[start + len(opener):end]
+
+
+def first_block_nocase(text: str, tag: str) -> str | None:
+    """Like first_block for `<tag>` / `</tag>`, matching the tags in any case (re.IGNORECASE)."""
+    head = re.search(f"<{re.escape(tag)}>", text, re.IGNORECASE)
+    tail = re.compile(f"</{re.escape(tag)}>", re.IGNORECASE).search(text, head.end()) if head else None
+    return None if tail is None else text[head.end():tail.start()]
 
 
 def response_slots(text: str, m: int) -> list[str]:
