@@ -33,6 +33,10 @@ CASES = {
     "eureqa": ({"chain_entities": ["Ava_Lindqvist", "The_Quiet_Harbor", "Northwind_Pictures", "Port_Elsby",
                                    "Saltmarsh_County"], "answer": "Ava_Lindqvist", "num_hops": 5},
                [("<entity_A>", "</entity_A>"), ("<ENTITY_e>", "</entity_E>"), ("<response_1>", "</response_1>")]),
+    "tool": ({"tool_calls_json": '[{"name": "GetNews", "parameters": {"page": "1"}}]', "response_text": "",
+              "think_text": "", "raw_gt": "", "num_tool_calls": 1},
+             [("<think>", "</think>"), ("<tool_call>", "</tool_call>"), ("<tool_call>{", "}"),
+              ("<response_1>", "</response_1>")]),
 }
 
 

@@ -212,7 +212,7 @@ def test_reward_under_naive_reward_manager(datasets, tokenizer, method):
     assert max(scores) > 0.0  # the demonstrations include routes that reach the exit
 
 
-@pytest.mark.parametrize("task, source", [("musique", "musique"), ("eureqa", "eureqa")])
+@pytest.mark.parametrize("task, source", [("musique", "musique"), ("eureqa", "eureqa"), ("tool", "tool")])
 def test_dataset_task_parquet_loads_in_rlhf_dataset(tmp_path, task, source):
     """Each dataset task's preprocessed fixture, rewritten for a multi-answer method, in veRL's loader."""
     from verl.trainer.ppo.utils import create_rl_dataset
