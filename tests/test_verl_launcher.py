@@ -228,6 +228,25 @@ def test_entry_point_registers_in_a_fresh_process():
     assert "['vpo', 'vpo_single', 'maxrl', 'max_at_k', 'multi_rlvr', 'gdpo_v1'] VPOTrainerSync" in result.stdout
 
 
+@pytest.mark.parametrize("task, method", [("maze", "vpo"), ("musique", "multi_rlvr"), ("tool", "goal_cond")])
+def test_printed_command_of_each_task_composes(paper_cfg, launcher, tmp_path, capsys, task, method):
+    """The printed command of a paper cell of every other task, run with --cfg job."""
+    import shlex
+
+    import yaml
+
+    assert launcher.train_cell(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True) == 0
+    words = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
+    is_env = [("=" in w and w.split("=", 1)[0].isupper() and not w.startswith(("-", "/"))) for w in words]
+    env = dict(os.environ, **dict(w.split("=", 1) for w, e in zip(words, is_env) if e))
+    argv = [w for w, e in zip(words, is_env) if not e]
+    result = subprocess.run(argv + ["--cfg", "job"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    job = yaml.safe_load(result.stdout[result.stdout.index("actor_rollout_ref:"):])
+    assert job["trainer"]["experiment_name"] == f"{method}_{task}_seed0"
+    assert job["data"]["vpo"]["method"] == method and job["data"]["vpo"]["m"] == (3 if method in ("vpo", "multi_rlvr") else 1)
+
+
 def test_importing_the_launcher_registers_nothing_and_the_plugin_registers_all():
     """Only vpo.verl_ext.plugin registers; veRL imports it through the `verl.plugins` entry point."""
     import os
