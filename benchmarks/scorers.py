@@ -40,10 +40,20 @@ CASES = {
 }
 
 
+# Well-formed but huge tool calls: one call with many arguments, and many small calls.
+BIG_CALL = "<think>x</think><tool_call>" + '{"name": "GetNews", "parameters": {' + ", ".join(
+    f'"k{i}": "v{i}"' for i in range(60_000)) + "}}</tool_call>"
+MANY_CALLS = "<think>x</think><tool_call>" + "\n".join(
+    f'{{"name": "GetNews{i % 7}", "parameters": {{"page": {i}}}}}' for i in range(20_000)) + "</tool_call>"
+
+
 def main() -> None:
     for task, (truth, tags) in CASES.items():
         worst, worst_name = 0.0, ""
-        for name, text in inputs(tags).items():
+        texts = inputs(tags)
+        if task == "tool":
+            texts.update({"one call, 60k arguments": BIG_CALL, "20k calls": MANY_CALLS})
+        for name, text in texts.items():
             for m in (1, 3):
                 start = time.perf_counter()
                 compute_score(task, text, truth, {"num_solutions": m})

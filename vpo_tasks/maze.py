@@ -16,6 +16,7 @@ import os
 import random
 import re
 from collections import deque
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -128,11 +129,12 @@ def _all_blocks(text: str, opener: re.Pattern, closer: re.Pattern) -> list[str]:
     return bodies
 
 
-def parse_moves(text: str) -> list[str]:
+@lru_cache(maxsize=16)  # a response is parsed for its score and again for its answer count
+def parse_moves(text: str) -> tuple[str, ...]:
     """Moves of one answer: the first <answer>...</answer> (any case, whatever lies between), else
     the whole text; every whole word UP/DOWN/LEFT/RIGHT after upper-casing."""
     found = _block(text, ANSWER_OPEN, ANSWER_CLOSE)
-    return MOVE_RE.findall((found[0] if found else text).upper())
+    return tuple(MOVE_RE.findall((found[0] if found else text).upper()))
 
 
 def route_slots(text: str, m: int) -> list[str]:
@@ -145,22 +147,23 @@ def route_slots(text: str, m: int) -> list[str]:
         slots.append(found[0] if found else None)
     if any(slot is not None for slot in slots):
         return [slot or "" for slot in slots]
-    dash_parts = [p for p in DASH_SPLIT.split(text) if p.strip()]  # = split on "---", strip, drop empties
+    dash_parts = [p for p in DASH_SPLIT.split(text) if p.strip()] if "---" in text else [text]  # strip, drop empties
     for parts in ([p.strip() for p in dash_parts], _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
         if len(parts) >= 2:
             return (parts + [""] * m)[:m]
     return [text] + [""] * (m - 1)
 
 
-def distinct_routes(text: str, m: int) -> list[list[str]]:
+@lru_cache(maxsize=16)  # the reward asks twice per response (the matrix, then the answer count)
+def distinct_routes(text: str, m: int) -> tuple[tuple[str, ...], ...]:
     """Move lists of the m slots in order, dropping empty ones and repeats of an earlier slot: a
     duplicate or empty slot costs its row (extra routes never fill it)."""
-    routes: list[list[str]] = []
+    routes: list[tuple[str, ...]] = []
     for slot in route_slots(text, m):
         moves = parse_moves(slot)
         if moves and moves not in routes:
             routes.append(moves)
-    return routes
+    return tuple(routes)
 
 
 # ---- prompts and rows -----------------------------------------------------------------------

@@ -79,7 +79,9 @@ def parse_calls(body: str | None) -> list[dict[str, Any]]:
     calls = []
     for obj in _objects((body or "").strip()):
         params = obj["parameters"] if "parameters" in obj else obj.get("arguments", {})
-        calls.append({"name": str(obj.get("name", "")), "parameters": params if isinstance(params, dict) else {}})
+        name = obj.get("name", "")
+        calls.append({"name": name if type(name) is str else str(name),
+                      "parameters": params if type(params) is dict else {}})
     return calls
 
 
@@ -132,17 +134,19 @@ def value_match(pred: Any, gold: Any) -> float:
     return float(normalize(pred) == normalize(gold))
 
 
-def align(pred: list[dict], gold: list[dict]) -> list[tuple[dict | None, dict | None]]:
+def align(pred: list[dict], gold: list[dict], names: list[str] | None = None) -> list[tuple[dict | None, dict | None]]:
     """(gold, pred) pairs: each gold call greedily takes the unused prediction with the best
-    100 * (same non-empty normalised name) + |shared keys|, first on ties; leftovers stay unpaired."""
+    100 * (same non-empty normalised name) + |shared keys|, first on ties; leftovers stay unpaired.
+    names: the predictions' normalised names, if already computed."""
+    names = names if names is not None else [normalize(p["name"]) for p in pred]
     used = [False] * len(pred)
     pairs: list[tuple[dict | None, dict | None]] = []
     for g in gold:
-        name, keys = normalize(g["name"]), set(g["parameters"])
+        name, keys = normalize(g["name"]), g["parameters"].keys()
         best, best_score = -1, -1
         for j, p in enumerate(pred):
             if not used[j]:
-                score = 100 * (bool(name) and normalize(p["name"]) == name) + len(keys & set(p["parameters"]))
+                score = 100 * (bool(name) and names[j] == name) + len(keys & p["parameters"].keys())
                 if score > best_score:
                     best, best_score = j, score
         if best >= 0:
@@ -154,17 +158,14 @@ def align(pred: list[dict], gold: list[dict]) -> list[tuple[dict | None, dict | 
 def score_calls(pred: list[dict], gold: list[dict]) -> tuple[float, float, float]:
     if not pred and not gold:
         return 1.0, 1.0, 1.0
-    names = multiset_f1([normalize(c["name"]) for c in pred], [normalize(c["name"]) for c in gold])
-    keys, values = [], []
-    for g, p in align(pred, gold):
-        if g is None or p is None:
-            keys.append(0.0)
-            values.append(0.0)
-            continue
-        gp, pp = g["parameters"], p["parameters"]
-        keys.append(set_f1(set(pp), set(gp)))
-        values.append(sum(value_match(pp[k], gp[k]) for k in gp if k in pp) / len(gp) if gp else 1.0)
-    return names, sum(keys) / len(keys), sum(values) / len(values)
+    pred_names = [normalize(c["name"]) for c in pred]
+    names = multiset_f1(pred_names, [normalize(c["name"]) for c in gold])
+    pairs = align(pred, gold, pred_names)
+    matched = [(g, p) for g, p in pairs if g is not None and p is not None]  # unmatched pairs score 0
+    keys = sum(set_f1(set(p["parameters"]), set(g["parameters"])) for g, p in matched)
+    values = sum(sum(value_match(p["parameters"][k], v) for k, v in g["parameters"].items() if k in p["parameters"])
+                 / len(g["parameters"]) if g["parameters"] else 1.0 for g, p in matched)
+    return names, keys / len(pairs), values / len(pairs)
 
 
 def gold_calls(truth: dict[str, Any]) -> list[dict[str, Any]]:
@@ -256,7 +257,7 @@ class ToolTask(Task):
         return distinct_slots(text, m)
 
     def parses(self, text: str) -> bool:
-        return bool(parse_response(str(text))["has_think"])
+        return first_block(str(text), "<think>", "</think>") is not None
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
