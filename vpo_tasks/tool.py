@@ -139,18 +139,24 @@ def align(pred: list[dict], gold: list[dict], names: list[str] | None = None) ->
     100 * (same non-empty normalised name) + |shared keys|, first on ties; leftovers stay unpaired.
     names: the predictions' normalised names, if already computed."""
     names = names if names is not None else [normalize(p["name"]) for p in pred]
+    unused_names = Counter(names)
     used = [False] * len(pred)
     pairs: list[tuple[dict | None, dict | None]] = []
     for g in gold:
         name, keys = normalize(g["name"]), g["parameters"].keys()
+        # the best score any unused prediction could reach: stop scanning once one reaches it
+        ceiling = 100 * (bool(name) and unused_names[name] > 0) + len(keys)
         best, best_score = -1, -1
         for j, p in enumerate(pred):
             if not used[j]:
                 score = 100 * (bool(name) and names[j] == name) + len(keys & p["parameters"].keys())
                 if score > best_score:
                     best, best_score = j, score
+                    if score >= ceiling:
+                        break
         if best >= 0:
             used[best] = True
+            unused_names[names[best]] -= 1
         pairs.append((g, pred[best] if best >= 0 else None))
     return pairs + [(None, p) for j, p in enumerate(pred) if not used[j]]
 
@@ -158,7 +164,8 @@ def align(pred: list[dict], gold: list[dict], names: list[str] | None = None) ->
 def score_calls(pred: list[dict], gold: list[dict]) -> tuple[float, float, float]:
     if not pred and not gold:
         return 1.0, 1.0, 1.0
-    pred_names = [normalize(c["name"]) for c in pred]
+    seen: dict[str, str] = {}  # long call lists repeat names: normalise each distinct name once
+    pred_names = [seen[c["name"]] if c["name"] in seen else seen.setdefault(c["name"], normalize(c["name"])) for c in pred]
     names = multiset_f1(pred_names, [normalize(c["name"]) for c in gold])
     pairs = align(pred, gold, pred_names)
     matched = [(g, p) for g, p in pairs if g is not None and p is not None]  # unmatched pairs score 0
