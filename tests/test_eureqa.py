@@ -140,3 +140,17 @@ TAGS = ["<entity_A>", "</entity_A>", "<entity_b>", "</ENTITY_B>", "<entity_E>", 
 def test_scorer_never_raises_and_stays_in_range(text, m):
     matrix = np.asarray(json.loads(compute_score("eureqa", text, GOLD, {"num_solutions": m})["sub_scores"]))
     assert matrix.shape == (m, 5) and np.all((matrix >= 0) & (matrix <= 1))
+
+
+def test_unreachable_hub_fails_fast_naming_the_path_setting(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
+    start = time.time()
+    done = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "eureqa", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode != 0 and time.time() - start < 30
+    assert "task_settings.eureqa.data.path" in done.stderr
