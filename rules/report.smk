@@ -159,3 +159,36 @@ rule figure_diversity_over_training:
     shell:
         "python -m vpo.cli plot diversity --training {input} --methods {params.methods} --tasks {params.tasks}"
         " --out {output} > {log} 2>&1"
+
+
+rule mechanism_bandit:
+    output:
+        "results/mechanism/bandit.csv",
+    log:
+        "logs/report/mechanism_bandit.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "python -m vpo.cli mechanism bandit --out {output} > {log} 2>&1"
+
+
+rule figure_mechanism_bandit:
+    input:
+        rules.mechanism_bandit.output,
+    output:
+        report("figures/mechanism_bandit.pdf", category="Figures", caption="../workflow/report/mechanism_bandit.rst"),
+    log:
+        "logs/report/figure_mechanism_bandit.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot mechanism --bandit {input} --out {output} > {log} 2>&1"
+

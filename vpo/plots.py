@@ -4,6 +4,8 @@
 of candidates k, line = mean over training seeds, band = ± one standard error.
 `vpo plot diversity`: one panel per task, pool diversity against training step for the chosen
 methods (paper Fig. 4), mean and standard-error band over training seeds.
+`vpo plot mechanism`: the toy bandit of `vpo.mechanism`: each method's policy mass per arm over
+steps, and the policy's E_w[best of m] and reward-space diversity over steps.
 A method's colour is fixed across figures (its position in the method table).
 """
 
@@ -57,8 +59,8 @@ def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None) ->
         ax.fill_between(x, mean - stderr, mean + stderr, color=color, alpha=0.2, lw=0)
 
 
-def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) -> None:
-    """Shared legend below the panels, a suptitle with the seed count; save via a temporary name."""
+def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], note: str | None = None) -> None:
+    """Shared legend below the panels, a suptitle with the seed count (or `note`); save via a temporary name."""
     from matplotlib.ticker import MaxNLocator
 
     handles, labels = axes[0].get_legend_handles_labels()
@@ -73,7 +75,7 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int]) 
     seeds = "/".join(str(n) for n in sorted(n_seeds))
     band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
     plural = "" if n_seeds == {1} else "s"
-    note = textwrap.fill(f"mean over {seeds} training seed{plural}; {band}", width=55 * min(len(axes), 3))
+    note = textwrap.fill(note or f"mean over {seeds} training seed{plural}; {band}", width=55 * min(len(axes), 3))
     fig.suptitle(f"{title}\n{note}", fontsize=10)
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -131,6 +133,45 @@ def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], o
     return fig
 
 
+def plot_mechanism(table: pd.DataFrame, out):
+    """The bandit: one panel of arm masses per method, then E_w[best of m] and diversity against step.
+
+    Lines are means over seeds; each seed is drawn thinly behind them. Saves and returns the figure.
+    """
+    from vpo.mechanism import ARMS, PARETO
+
+    methods = [m for m in METHOD_ORDER if m in set(table.method)]
+    fig, axes = panel_grid(len(methods) + 2)
+    arm_colors = {0: "#d62728", 1: "#9467bd", 2: "#ff7f0e"}
+    for ax, method in zip(axes, methods):
+        rows = table[table.method == method]
+        for arm in range(len(ARMS)):
+            color = arm_colors.get(arm, "#bbbbbb")
+            label = f"arm {arm} {tuple(float(v) for v in ARMS[arm])}" + (" Pareto" if arm in PARETO else "")
+            for _, seed_rows in rows.groupby("seed"):
+                ax.plot(seed_rows.step, seed_rows[f"arm_{arm}"], color=color, lw=0.6, alpha=0.35)
+            mean = rows.groupby("step")[f"arm_{arm}"].mean()
+            ax.plot(mean.index, mean.to_numpy(), color=color, lw=1.8, label=label)
+        ax.set_title(f"{method_label(method)}: policy mass per arm")
+        ax.set_xlabel("step")
+        ax.set_ylabel("probability")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax, column, ylabel in zip(axes[len(methods):], ("best_of_m", "diversity"),
+                                  ("E_w[best of m] of the policy", "reward-space diversity")):
+        for method in methods:
+            rows = table[table.method == method]
+            mean = rows.groupby("step")[column].mean()
+            ax.plot(mean.index, mean.to_numpy(), color=method_color(method), lw=1.8, label=method_label(method))
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title="Toy vector-reward bandit trained with each estimator (m = 3 arms per rollout "
+                                 "for Multi-RLVR and VPO)", n_seeds={int(table.seed.nunique())},
+           note=f"thick: mean over {table.seed.nunique()} seeds; thin: each seed")
+    return fig
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="figure", required=True)
     curve = sub.add_parser("curve", help="pass@k or best@k against k (from summary.csv)")
@@ -141,12 +182,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for p in (curve, diversity):
         p.add_argument("--methods", required=True, help="comma-separated methods (legend order)")
         p.add_argument("--tasks", required=True, help="comma-separated tasks (panel order)")
+    mechanism = sub.add_parser("mechanism", help="the toy bandit (from `vpo mechanism bandit`'s CSV)")
+    mechanism.add_argument("--bandit", required=True, help="results/mechanism/bandit.csv")
+    for p in (curve, diversity, mechanism):
         p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
 
 
 def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
 
+    if args.figure == "mechanism":
+        plt.close(plot_mechanism(pd.read_csv(args.bandit), args.out))
+        return 0
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":
         fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out)
