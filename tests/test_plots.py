@@ -104,6 +104,24 @@ def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):
         main_table(summary, METHODS, TASKS, best_at=30)
 
 
+def test_lead_marks_bold_only_a_clear_leader():
+    from vpo.tables import lead_marks
+
+    assert lead_marks([0.5, 0.3, 0.2], [0.05, 0.05, 0.05]) == ([True, False, False], [False] * 3)
+    assert lead_marks([0.5, 0.42, 0.2], [0.05, 0.05, 0.05]) == ([False] * 3, [True, True, False])
+    assert lead_marks([0.5, 0.3], [math.nan, math.nan]) == ([False, False], [False, False])  # one seed
+
+
+def test_main_table_marks_ties_and_one_seed_marks_nothing(tmp_path):
+    table = main_table(summary_for(tmp_path, [0, 1, 2]), METHODS, TASKS, best_at=6)
+    table.loc[table.method == "multi_rlvr", "maze_best_at_6_mean"] = 0.43  # within VPO's 0.450 ± 0.029
+    md = render_main(table, TASKS, 6, latex=False)
+    assert "| VPO | 0.450 ± 0.029† |" in md and "| Multi-RLVR | 0.430 ± 0.029† |" in md and "**0.45" not in md
+    (tmp_path / "one").mkdir()
+    one = render_main(main_table(summary_for(tmp_path / "one", [0]), METHODS, TASKS, best_at=6), TASKS, 6, latex=False)
+    assert "**" not in one and "†" not in one.split("\n\n", 1)[1] and "no leader marked" in one
+
+
 def test_curve_table_landmarks_end_at_the_budget(tmp_path):
     summary = summary_for(tmp_path, [0, 1])
     table = curve_table(summary, METHODS, "maze", "best_at_k")

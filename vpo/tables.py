@@ -1,7 +1,8 @@
 """Paper tables from results/aggregate/summary.csv, each written as CSV, Markdown and LaTeX.
 
 `vpo table main`: best@K (K = report.best_at, 30 in the paper) and eval-pool diversity per method
-and task, mean ± standard error over training seeds; the best best@K of each task in bold.
+and task, mean ± standard error over training seeds; a task's best best@K in bold only when its
+±1 SE interval clears every other method's, else the methods tied for the lead are marked.
 `vpo table curve`: one task's best@k or pass@k curve, methods x landmark k.
 The CSV holds the numbers (mean and stderr columns); Markdown and LaTeX hold the formatted cells.
 """
@@ -32,14 +33,31 @@ def task_label(name: str) -> str:
     return TASK_LABELS.get(name, name)
 
 
-def format_cell(mean: float, stderr: float, *, latex: bool = False, bold: bool = False) -> str:
+TIE_MARK = "†"  # tied for the lead: its ±1 standard error interval overlaps the leader's
+
+
+def format_cell(mean: float, stderr: float, *, latex: bool = False, bold: bool = False, tie: bool = False) -> str:
     """0.5931, 0.0123 -> '0.593 ± 0.012'; a NaN stderr (one seed) shows the mean alone."""
     pm = r" \pm " if latex else " ± "
     text = f"{mean:.3f}" if math.isnan(stderr) else f"{mean:.3f}{pm}{stderr:.3f}"
     if latex:
         text = rf"\mathbf{{{text}}}" if bold else text
-        return f"${text}$"
-    return f"**{text}**" if bold else text
+        return f"${text}$" + (r"$^\dagger$" if tie else "")
+    return (f"**{text}**" if bold else text) + (TIE_MARK if tie else "")
+
+
+def lead_marks(means: list[float], stderrs: list[float]) -> tuple[list[bool], list[bool]]:
+    """(bold, tie) per row: the leader is bold only when its ±1 SE interval clears every other
+    row's; otherwise every row whose interval reaches the leader's is marked tied. Without standard
+    errors (one seed) nothing is marked: a lead cannot be told from noise."""
+    n = len(means)
+    if n < 2 or any(math.isnan(s) for s in stderrs):
+        return [False] * n, [False] * n
+    lead = max(range(n), key=lambda i: means[i])
+    tied = [i != lead and means[i] + stderrs[i] >= means[lead] - stderrs[lead] for i in range(n)]
+    if not any(tied):
+        return [i == lead for i in range(n)], [False] * n
+    return [False] * n, [t or i == lead for i, t in enumerate(tied)]
 
 
 def lookup(summary: pd.DataFrame, task: str, method: str, metric: str, k: int | None = None) -> pd.Series:
@@ -95,19 +113,21 @@ def render(header: list[str], rows: list[list[str]], *, latex: bool, caption: st
 
 def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: bool) -> str:
     best_col = {t: f"{t}_best_at_{best_at}_mean" for t in tasks}
-    winners = {t: table[best_col[t]].max() for t in tasks}
+    marks = {t: lead_marks(table[best_col[t]].tolist(), table[f"{t}_best_at_{best_at}_stderr"].tolist()) for t in tasks}
     header = ["Method"] + [f"{task_label(t)} best@{best_at}" for t in tasks] + [f"{task_label(t)} diversity" for t in tasks]
     rows = []
-    for _, row in table.iterrows():
+    for r, (_, row) in enumerate(table.iterrows()):
         cells = [method_label(row["method"])]
         cells += [format_cell(row[best_col[t]], row[f"{t}_best_at_{best_at}_stderr"], latex=latex,
-                              bold=row[best_col[t]] == winners[t]) for t in tasks]
+                              bold=marks[t][0][r], tie=marks[t][1][r]) for t in tasks]
         cells += [format_cell(row[f"{t}_diversity_mean"], row[f"{t}_diversity_stderr"], latex=latex) for t in tasks]
         rows.append(cells)
     seeds = sorted({int(table[f"{t}_n_seeds"].min()) for t in tasks})
     caption = (f"best@{best_at} on the task scalar and reward-space diversity of the evaluation pool "
                f"(mean pairwise L1), mean ± standard error over {'/'.join(map(str, seeds))} training "
-               f"seed{'' if seeds == [1] else 's'}{' (one seed: no standard error)' if seeds == [1] else ''}.")
+               f"seed{'' if seeds == [1] else 's'}{' (one seed: no standard error, no leader marked)' if seeds == [1] else ''}. "
+               f"Bold: leads every other method by more than one standard error on each side; "
+               f"{'dagger' if latex else TIE_MARK}: tied for the lead (intervals overlap).")
     return render(header, rows, latex=latex, caption=caption)
 
 
