@@ -96,7 +96,8 @@ rule curve_table:
 
 rule figure_pass_at_k:
     input:
-        rules.aggregate.output.summary,
+        summary=rules.aggregate.output.summary,
+        per_seed=rules.aggregate.output.per_seed,
     output:
         report("figures/pass_at_k.pdf", category="Figures", caption="../workflow/report/pass_at_k.rst"),
     params:
@@ -111,13 +112,15 @@ rule figure_pass_at_k:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli plot curve --metric pass_at_k --summary {input} --methods {params.methods}"
+        "python -m vpo.cli plot curve --metric pass_at_k --summary {input.summary} --per-seed {input.per_seed}"
+        " --methods {params.methods}"
         " --tasks {params.tasks} --out {output} > {log} 2>&1"
 
 
 rule figure_best_at_k:
     input:
-        rules.aggregate.output.summary,
+        summary=rules.aggregate.output.summary,
+        per_seed=rules.aggregate.output.per_seed,
     output:
         report("figures/best_at_k.pdf", category="Figures", caption="../workflow/report/best_at_k.rst"),
     params:
@@ -132,7 +135,8 @@ rule figure_best_at_k:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli plot curve --metric best_at_k --summary {input} --methods {params.methods}"
+        "python -m vpo.cli plot curve --metric best_at_k --summary {input.summary} --per-seed {input.per_seed}"
+        " --methods {params.methods}"
         " --tasks {params.tasks} --out {output} > {log} 2>&1"
 
 

@@ -83,10 +83,15 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
     assert out.exists()
     ax = fig.axes[0]
     assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "pool diversity (pairwise L1)"
-    vpo_line = ax.get_lines()[2]
-    assert list(vpo_line.get_xdata()) == [1, 2, 3, 4]
-    assert list(vpo_line.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in range(1, 5)])
-    assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 3
+    # two seeds are too few for a band: per method the mean line, then one thin line per seed
+    lines = ax.get_lines()
+    assert len(lines) == 3 * 3 and sum(isinstance(c, PolyCollection) for c in ax.collections) == 0
+    vpo_mean, vpo_seed0, vpo_seed1 = lines[6:9]
+    assert list(vpo_mean.get_xdata()) == [1, 2, 3, 4]
+    assert list(vpo_mean.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in range(1, 5)])
+    assert list(vpo_seed0.get_ydata()) == pytest.approx([0.3 * s for s in range(1, 5)])
+    assert list(vpo_seed1.get_ydata()) == pytest.approx([0.3 * s + 0.01 for s in range(1, 5)])
+    assert "thin: each seed" in fig._suptitle.get_text()
 
 
 def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):

@@ -50,13 +50,28 @@ def panel_grid(n_panels: int):
     return fig, list(axes.flat[:n_panels])
 
 
-def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None) -> None:
-    """Mean line plus a ±1 standard-error band where the standard error is defined (>= 2 seeds)."""
+MIN_SEEDS_FOR_BAND = 3  # with fewer training seeds a standard error says little: draw every seed
+
+
+def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None, seeds: list | None = None) -> None:
+    """Mean line plus a ±1 standard-error band; with fewer than MIN_SEEDS_FOR_BAND seeds and their
+    lines given (`seeds`: (x, y) per seed), each seed as a thin line instead of the band."""
     color = method_color(method)
     ax.plot(x, mean, color=color, label=method_label(method), lw=1.8, marker=marker, ms=3)
+    if seeds is not None and len(seeds) < MIN_SEEDS_FOR_BAND:
+        for seed_x, seed_y in seeds:
+            ax.plot(seed_x, seed_y, color=color, lw=0.7, alpha=0.45)
+        return
     stderr = np.asarray(stderr, dtype=float)
     if np.isfinite(stderr).any():
         ax.fill_between(x, mean - stderr, mean + stderr, color=color, alpha=0.2, lw=0)
+
+
+def seed_note(n_seeds: set[int], *, per_seed_lines: bool) -> str | None:
+    """The suptitle's second line when seeds are drawn one by one (None: finish's default)."""
+    if not per_seed_lines or max(n_seeds) >= MIN_SEEDS_FOR_BAND or max(n_seeds) < 2:
+        return None
+    return f"thick: mean over {'/'.join(map(str, sorted(n_seeds)))} training seeds; thin: each seed (too few for an error band)"
 
 
 def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], note: str | None = None) -> None:
@@ -85,8 +100,10 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
         fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 
 
-def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out):
+def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out,
+                per_seed: pd.DataFrame | None = None):
     """pass@k or best@k against k: one panel per task, every method (all must be present).
+    per_seed: aggregate's per_seed.csv, for drawing each seed when there are too few for a band.
 
     Saves the figure to out and returns it (the caller closes it).
     """
@@ -99,14 +116,19 @@ def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: l
                 raise ValueError(f"summary has no {metric} for task={task} method={method}; was the cell evaluated?")
             rows = rows.sort_values("k")
             n_seeds.add(int(rows.n_seeds.min()))
+            seeds = None
+            if per_seed is not None:
+                mine = per_seed[(per_seed.task == task) & (per_seed.method == method) & (per_seed.metric == metric)]
+                seeds = [(g.sort_values("k").k.to_numpy(), g.sort_values("k").value.to_numpy())
+                         for _, g in mine.groupby("train_seed")]
             draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                      marker="o" if len(rows) <= 12 else None)
+                      marker="o" if len(rows) <= 12 else None, seeds=seeds)
         ax.set_title(task_label(task))
         ax.set_xlabel("candidates k")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.grid(alpha=0.3)
     finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
-           n_seeds=n_seeds)
+           n_seeds=n_seeds, note=seed_note(n_seeds, per_seed_lines=per_seed is not None))
     return fig
 
 
@@ -124,12 +146,17 @@ def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], o
             if rows.empty:
                 raise ValueError(f"no training curve for task={task} method={method}; is pool_diversity logged?")
             n_seeds.add(int(rows.n_seeds.max()))
-            draw_band(ax, rows.step.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method)
+            mine = curves[(curves.task == task) & (curves.method == method)]
+            seeds = [(g.sort_values("step").step.to_numpy(), g.sort_values("step").pool_diversity.to_numpy())
+                     for _, g in mine.groupby("seed")]
+            draw_band(ax, rows.step.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
+                      seeds=seeds)
         ax.set_title(task_label(task))
         ax.set_xlabel("training step")
         ax.set_ylabel("pool diversity (pairwise L1)")
         ax.grid(alpha=0.3)
-    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds)
+    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds,
+           note=seed_note(n_seeds, per_seed_lines=True))
     return fig
 
 
@@ -177,6 +204,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     curve = sub.add_parser("curve", help="pass@k or best@k against k (from summary.csv)")
     curve.add_argument("--metric", required=True, choices=sorted(METRIC_LABELS))
     curve.add_argument("--summary", required=True, help="results/aggregate/summary.csv")
+    curve.add_argument("--per-seed", default=None, help="results/aggregate/per_seed.csv (each seed drawn when < 3)")
     diversity = sub.add_parser("diversity", help="pool diversity over training (from training_curves.csv)")
     diversity.add_argument("--training", required=True, help="results/aggregate/training_curves.csv")
     for p in (curve, diversity):
@@ -196,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":
-        fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out)
+        per_seed = pd.read_csv(args.per_seed) if args.per_seed else None
+        fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out, per_seed=per_seed)
     else:
         fig = plot_diversity(pd.read_csv(args.training), methods, tasks, args.out)
     plt.close(fig)
