@@ -6,7 +6,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
-from vpo.config import write_config
+from vpo.config import scale_note, write_config
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
@@ -68,6 +68,9 @@ def train_markers(tasks=None, methods=None):
         for m in (methods or METHODS)
         for s in SEEDS
     ]
+
+
+SCALE = scale_note(CFG)  # the preset and scale, named in every figure's title
 
 
 def diversity_methods():

@@ -101,6 +101,7 @@ rule figure_pass_at_k:
     output:
         report("figures/pass_at_k.pdf", category="Figures", caption="../workflow/report/pass_at_k.rst"),
     params:
+        scale=SCALE,
         methods=",".join(METHODS),
         tasks=",".join(TASKS),
     log:
@@ -113,8 +114,7 @@ rule figure_pass_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric pass_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods}"
-        " --tasks {params.tasks} --out {output} > {log} 2>&1"
+        " --methods {params.methods} --tasks {params.tasks} --scale {params.scale:q} --out {output} > {log} 2>&1"
 
 
 rule figure_best_at_k:
@@ -124,6 +124,7 @@ rule figure_best_at_k:
     output:
         report("figures/best_at_k.pdf", category="Figures", caption="../workflow/report/best_at_k.rst"),
     params:
+        scale=SCALE,
         methods=",".join(METHODS),
         tasks=",".join(TASKS),
     log:
@@ -136,8 +137,7 @@ rule figure_best_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric best_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods}"
-        " --tasks {params.tasks} --out {output} > {log} 2>&1"
+        " --methods {params.methods} --tasks {params.tasks} --scale {params.scale:q} --out {output} > {log} 2>&1"
 
 
 rule figure_diversity_over_training:
@@ -150,6 +150,7 @@ rule figure_diversity_over_training:
             caption="../workflow/report/diversity_over_training.rst",
         ),
     params:
+        scale=SCALE,
         methods=",".join(diversity_methods()),
         tasks=",".join(TASKS),
     log:
@@ -162,7 +163,7 @@ rule figure_diversity_over_training:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot diversity --training {input} --methods {params.methods} --tasks {params.tasks}"
-        " --out {output} > {log} 2>&1"
+        " --scale {params.scale:q} --out {output} > {log} 2>&1"
 
 
 rule mechanism_bandit:

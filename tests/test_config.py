@@ -132,3 +132,12 @@ def test_relative_data_paths_are_made_absolute_against_the_project(tmp_path):
     assert absolute_data_paths(fixed, tmp_path) == fixed  # absolute paths stay
     assert resolve_config(fixed, "ci") == fixed  # a job re-resolving the snapshot keeps them
 
+
+
+def test_scale_note_names_preset_and_scale():
+    from vpo.config import scale_note
+
+    assert scale_note(load_config(CONFIG)) == ("cpu preset: 2-layer width-64 model trained on CPU, "
+                                                "30 RL steps of 8 x 8 rollouts")
+    paper = scale_note(load_config(CONFIG, preset="paper"))
+    assert paper.startswith("paper preset: veRL on ") and "Qwen/Qwen3-4B" in paper

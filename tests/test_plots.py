@@ -92,6 +92,8 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
     assert list(vpo_seed0.get_ydata()) == pytest.approx([0.3 * s for s in range(1, 5)])
     assert list(vpo_seed1.get_ydata()) == pytest.approx([0.3 * s + 0.01 for s in range(1, 5)])
     assert "thin: each seed" in fig._suptitle.get_text()
+    fig = plot_diversity(aggregate_training(markers), METHODS, ["maze"], out, scale="cpu preset: tiny model")
+    assert "cpu preset: tiny model" in fig._suptitle.get_text()
 
 
 def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):

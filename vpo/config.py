@@ -209,6 +209,16 @@ def cell_digest(cfg: Mapping[str, Any], task: str, method: str | None = None) ->
     return settings_digest(cell_settings(cfg, task, method))
 
 
+def scale_note(cfg: Mapping[str, Any]) -> str:
+    """One line naming the preset and the scale a figure was made at (figure titles)."""
+    if cfg["backend"] == "local":
+        t = cfg["local_trainer"]
+        return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model trained on CPU, "
+                f"{t['steps']} RL steps of {t['prompts_per_step']} x {t['rollouts_per_prompt']} rollouts")
+    models = sorted({str(task_settings(cfg, task)["model"]) for task in cfg["tasks"]})
+    return f"{cfg['preset']} preset: veRL on {', '.join(models)}"
+
+
 def settings_digest(settings: Any) -> str:
     """Short stable hash of a JSON-able value (key order does not matter)."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)

@@ -74,7 +74,8 @@ def seed_note(n_seeds: set[int], *, per_seed_lines: bool) -> str | None:
     return f"thick: mean over {'/'.join(map(str, sorted(n_seeds)))} training seeds; thin: each seed (too few for an error band)"
 
 
-def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], note: str | None = None) -> None:
+def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], note: str | None = None,
+           scale: str | None = None) -> None:
     """Shared legend below the panels, a suptitle with the seed count (or `note`); save via a temporary name."""
     from matplotlib.ticker import MaxNLocator
 
@@ -91,17 +92,19 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
     band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
     plural = "" if n_seeds == {1} else "s"
     note = textwrap.fill(note or f"mean over {seeds} training seed{plural}; {band}", width=55 * min(len(axes), 3))
-    fig.suptitle(f"{title}\n{note}", fontsize=10)
+    width = 55 * min(len(axes), 3)
+    scale_line = textwrap.fill(scale, width=width) + "\n" if scale else ""
+    fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=10)
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     rows = math.ceil(len(axes) / 3)
-    fig.tight_layout(rect=(0, (0.02 + 0.07 * legend_rows) / rows, 1, 1))
+    fig.tight_layout(rect=(0, (0.02 + 0.07 * legend_rows) / rows, 1, 0.97 if scale else 1))
     with atomic_file(out) as tmp:
         fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 
 
 def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out,
-                per_seed: pd.DataFrame | None = None):
+                per_seed: pd.DataFrame | None = None, scale: str | None = None):
     """pass@k or best@k against k: one panel per task, every method (all must be present).
     per_seed: aggregate's per_seed.csv, for drawing each seed when there are too few for a band.
 
@@ -128,11 +131,11 @@ def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: l
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.grid(alpha=0.3)
     finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
-           n_seeds=n_seeds, note=seed_note(n_seeds, per_seed_lines=per_seed is not None))
+           n_seeds=n_seeds, note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
     return fig
 
 
-def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], out):
+def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], out, scale: str | None = None):
     """Pool diversity against training step: one panel per task, mean and band over seeds.
 
     Saves the figure to out and returns it (the caller closes it).
@@ -156,7 +159,7 @@ def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], o
         ax.set_ylabel("pool diversity (pairwise L1)")
         ax.grid(alpha=0.3)
     finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds,
-           note=seed_note(n_seeds, per_seed_lines=True))
+           note=seed_note(n_seeds, per_seed_lines=True), scale=scale)
     return fig
 
 
@@ -210,6 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for p in (curve, diversity):
         p.add_argument("--methods", required=True, help="comma-separated methods (legend order)")
         p.add_argument("--tasks", required=True, help="comma-separated tasks (panel order)")
+        p.add_argument("--scale", default=None, help="a line naming the preset and scale, shown under the title")
     mechanism = sub.add_parser("mechanism", help="the toy bandit (from `vpo mechanism bandit`'s CSV)")
     mechanism.add_argument("--bandit", required=True, help="results/mechanism/bandit.csv")
     for p in (curve, diversity, mechanism):
@@ -225,8 +229,9 @@ def run(args: argparse.Namespace) -> int:
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":
         per_seed = pd.read_csv(args.per_seed) if args.per_seed else None
-        fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out, per_seed=per_seed)
+        fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out, per_seed=per_seed,
+                          scale=args.scale)
     else:
-        fig = plot_diversity(pd.read_csv(args.training), methods, tasks, args.out)
+        fig = plot_diversity(pd.read_csv(args.training), methods, tasks, args.out, scale=args.scale)
     plt.close(fig)
     return 0
