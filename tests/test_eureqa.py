@@ -82,8 +82,10 @@ def test_normal_to_hard_and_the_five_hop_check(tmp_path):
     ("<entity_a>the Ava_Lindqvist!</entity_a><entity_A>x</entity_A>", [1, 0, 0, 0, 0]),
     ("<entity_E>\n  Saltmarsh County \n</entity_E>", [0, 0, 0, 0, 1]),
 ])
-def test_scoring(response, vector):
-    result = compute_score("eureqa", response, GOLD, {})
+def test_scoring(data, response, vector):
+    truth = data[1]["reward_model"].iloc[0]["ground_truth"]  # H0, as `vpo preprocess` wrote it
+    assert list(truth["chain_entities"]) == GOLD["chain_entities"]
+    result = compute_score("eureqa", response, truth, {})
     assert json.loads(result["sub_scores"]) == [vector]
     assert result["score"] == pytest.approx(sum(vector) / 5) and result["acc"] == float(sum(vector) == 5)
 
