@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Planning time of the workflow: `snakemake -n` wall seconds and job count per profile, from a clean
-# directory (goal: the paper grid, 591 jobs, plans in under 10 s). Run from the repository root.
+# directory (goal: the paper grid, 593 jobs, plans in under 10 s). Run from the repository root.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SNAKEMAKE="$REPO/.venv/bin/snakemake"

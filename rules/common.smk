@@ -126,7 +126,7 @@ def figure_outputs():
     figures = ["figures/pass_at_k.pdf", "figures/best_at_k.pdf"]
     if diversity_methods():
         figures.append("figures/diversity_over_training.pdf")
-    return figures + ["figures/mechanism_bandit.pdf"]  # the toy bandit: seconds, no trained model
+    return figures + ["figures/mechanism_bandit.pdf", "figures/mechanism_advantage.pdf"]  # seconds, no model
 
 
 def final_outputs():

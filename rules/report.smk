@@ -197,3 +197,35 @@ rule figure_mechanism_bandit:
     shell:
         "python -m vpo.cli plot mechanism --bandit {input} --out {output} > {log} 2>&1"
 
+
+rule mechanism_advantage:
+    output:
+        "results/mechanism/advantage.csv",
+    log:
+        "logs/report/mechanism_advantage.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "python -m vpo.cli mechanism advantage --out {output} > {log} 2>&1"
+
+
+rule figure_mechanism_advantage:
+    input:
+        rules.mechanism_advantage.output,
+    output:
+        report("figures/mechanism_advantage.pdf", category="Figures", caption="../workflow/report/mechanism_advantage.rst"),
+    log:
+        "logs/report/figure_mechanism_advantage.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot advantage --sweeps {input} --out {output} > {log} 2>&1"
+

@@ -48,3 +48,18 @@ def test_figure_draws(table, tmp_path):
 
     plt.close(plot_mechanism(table, tmp_path / "mechanism_bandit.png"))
     assert (tmp_path / "mechanism_bandit.png").stat().st_size > 10_000
+
+
+def test_advantage_sweeps_by_hand():
+    table = mech.advantage_sweeps(seed=0, repeats=40)
+    cov = table[table.sweep == "coverage"].set_index(["k", "covered"])
+    # E_w[w_1] = 1/k for one objective; E[max(u, 1 - u)] = 3/4 for both of k = 2
+    for k in (2, 3, 4, 5):
+        assert cov.loc[(k, 1), "raw_mean"] == pytest.approx(1 / k, abs=0.01)
+    assert cov.loc[(2, 2), "raw_mean"] == pytest.approx(0.75, abs=0.01)
+    assert all(np.diff(cov.loc[5, "raw_mean"].to_numpy()) > 0)  # each objective reached adds score
+    alpha = table[table.sweep == "alpha"].sort_values("alpha")
+    assert alpha.raw_mean.iloc[0] > alpha.raw_mean.iloc[-1]  # concentrated weights (small alpha) reward coverage more
+    spread = table[(table.sweep == "sampler") & (table.n_weights == 64)].set_index("sampler").advantage_std
+    assert spread["sobol"] < spread["naive"] / 3
+

@@ -142,7 +142,8 @@ def job_counts(output):
 PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggregate": 1, "aggregate_training": 1,
                 "main_table": 1, "curve_table": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
                 "figure_diversity_over_training": 1, "mechanism_bandit": 1, "figure_mechanism_bandit": 1,
-                "all": 1, "total": 591}
+                "mechanism_advantage": 1, "figure_mechanism_advantage": 1,
+                "all": 1, "total": 593}
 
 
 @pytest.mark.slow
@@ -170,4 +171,4 @@ def test_installed_profile_works_by_name(tmp_path):
 
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
-    assert job_counts(cli_dryrun(tmp_path))["total"] == 37
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 39

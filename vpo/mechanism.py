@@ -8,10 +8,15 @@ matrix). `vpo.advantage.advantage_for_method` turns the batch into advantages, a
 one exact policy-gradient step, A_j * sum over the rollout's arms of (onehot(arm) - p).
 
     vpo mechanism bandit --out results/mechanism/bandit.csv
+    vpo mechanism advantage --out results/mechanism/advantage.csv
 
 The CSV holds, per method and step: the policy's mass on every arm, E_w[best of m] of the policy
 (m arms drawn from it, w ~ Dir(1), estimated with fixed draws), and its reward-space diversity (the
 exact expected L1 distance between two independent draws). `vpo plot mechanism` draws it.
+
+`advantage` sweeps one rollout's VPO advantage in a group of eight whose other rollouts each reach
+one objective: against how many objectives it reaches (for k = 2..5), against alpha, and, over
+repeated weight draws, its spread for the naive and Sobol samplers against the number of weights.
 """
 
 from __future__ import annotations
@@ -102,8 +107,40 @@ def run_all(settings: BanditSettings, seeds: list[int]):
     return pd.concat(frames, ignore_index=True)
 
 
+# ---- how a rollout's VPO advantage responds to coverage, alpha, the sampler and k --------------
+def corner_group(k: int, covered: int, group: int = 8) -> list[np.ndarray]:
+    """A prompt group of `group` rollouts with k objectives: rollout 0 reaches `covered` different
+    objectives (one-hot answers), every other rollout reaches one (objective j mod k)."""
+    eye = np.eye(k)
+    return [eye[:covered]] + [eye[[j % k]] for j in range(1, group)]
+
+
+def advantage_sweeps(seed: int = 0, repeats: int = 200) -> "pd.DataFrame":
+    """Long table sweep, k, covered, alpha, sampler, n_weights, raw_mean (rollout 0's E_w[best of its
+    answers]), advantage_mean, advantage_std: over `repeats` independent weight draws."""
+    import pandas as pd
+
+    from vpo.advantage import vpo_advantage
+    from vpo.vpo_scores import vpo_raw_scores
+
+    def measure(sweep, k, covered, alpha=1.0, sampler="naive", n_weights=100):
+        group, ids = corner_group(k, covered), ["g"] * 8
+        settings = {"n_weights": n_weights, "alpha": alpha, "sampler": sampler}
+        rngs = [np.random.default_rng([seed, r]) for r in range(repeats)]
+        draws = [vpo_advantage(group, ids, rng=rng, **settings)[0][0] for rng in rngs]
+        raw = [vpo_raw_scores(group, ids, rng=np.random.default_rng([seed, r]), **settings)[0] for r in range(repeats)]
+        return {"sweep": sweep, "k": k, "covered": covered, "alpha": alpha, "sampler": sampler,
+                "n_weights": n_weights, "raw_mean": float(np.mean(raw)), "advantage_mean": float(np.mean(draws)),
+                "advantage_std": float(np.std(draws))}
+
+    rows = [measure("coverage", k, c) for k in (2, 3, 4, 5) for c in range(1, k + 1)]
+    rows += [measure("alpha", 4, 2, alpha=a) for a in (0.1, 0.3, 1.0, 3.0, 10.0)]
+    rows += [measure("sampler", 4, 2, sampler=s, n_weights=w) for s in ("naive", "sobol") for w in (8, 16, 32, 64, 128)]
+    return pd.DataFrame(rows)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["bandit"], help="which toy problem")
+    parser.add_argument("what", choices=["bandit", "advantage"], help="which experiment")
     parser.add_argument("--out", required=True, help="CSV to write")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--steps", type=int, default=BanditSettings.steps, help="policy-gradient steps")
@@ -112,6 +149,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vpo.aggregate import write_csv
 
+    if args.what == "advantage":
+        table = advantage_sweeps(seed=int(args.seeds.split(",")[0]))
+        write_csv(table, args.out)
+        print(table.round(3).to_string())
+        return 0
     settings = BanditSettings(steps=args.steps)
     table = run_all(settings, [int(s) for s in args.seeds.split(",")])
     write_csv(table, args.out)

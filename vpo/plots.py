@@ -96,7 +96,8 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
     scale_line = textwrap.fill(scale, width=width) + "\n" if scale else ""
     fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=10)
     for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.get_xscale() == "linear":  # integer steps and k; log axes keep their own ticks
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     rows = math.ceil(len(axes) / 3)
     fig.tight_layout(rect=(0, (0.02 + 0.07 * legend_rows) / rows, 1, 0.97 if scale else 1))
     with atomic_file(out) as tmp:
@@ -202,6 +203,31 @@ def plot_mechanism(table: pd.DataFrame, out):
     return fig
 
 
+def plot_mechanism_advantage(table: pd.DataFrame, out):
+    """Three panels from `vpo mechanism advantage`: raw VPO score against objectives reached (per k),
+    against alpha, and the advantage's spread over weight draws against the number of weights."""
+    fig, axes = panel_grid(3)
+    coverage = table[table.sweep == "coverage"]
+    for k, rows in coverage.groupby("k"):
+        axes[0].plot(rows.covered, rows.raw_mean, marker="o", ms=3, label=f"k = {k}")
+    axes[0].set(xlabel="objectives the rollout's answers reach", ylabel="E_w[best of its answers]",
+                title="More of the simplex, higher score")
+    alpha = table[table.sweep == "alpha"]
+    axes[1].plot(alpha.alpha, alpha.raw_mean, marker="o", ms=3, color="#17becf", label="2 of 4 objectives reached")
+    axes[1].set(xscale="log", xlabel="Dirichlet alpha", ylabel="E_w[best of its answers]", title="Dependence on alpha")
+    sampler = table[table.sweep == "sampler"]
+    for (name, rows), color in zip(sampler.groupby("sampler"), ("#7f7f7f", "#d62728")):
+        axes[2].plot(rows.n_weights, rows.advantage_std, marker="s", ms=3, color=color, label=f"{name} weights")
+    axes[2].set(xscale="log", yscale="log", xlabel="weights per group", ylabel="std of its advantage over draws",
+                title="Monte Carlo noise of the advantage")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title="How one rollout's VPO score responds (a group of 8 whose other rollouts "
+                                 "each reach one objective)", n_seeds={1},
+           note="one-hot answers; means and spreads over 200 independent weight draws")
+    return fig
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="figure", required=True)
     curve = sub.add_parser("curve", help="pass@k or best@k against k (from summary.csv)")
@@ -216,7 +242,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--scale", default=None, help="a line naming the preset and scale, shown under the title")
     mechanism = sub.add_parser("mechanism", help="the toy bandit (from `vpo mechanism bandit`'s CSV)")
     mechanism.add_argument("--bandit", required=True, help="results/mechanism/bandit.csv")
-    for p in (curve, diversity, mechanism):
+    advantage = sub.add_parser("advantage", help="the VPO advantage sweeps (from `vpo mechanism advantage`'s CSV)")
+    advantage.add_argument("--sweeps", required=True, help="results/mechanism/advantage.csv")
+    mechanism.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
+    advantage.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
+    for p in (curve, diversity):
         p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
 
 
@@ -225,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.figure == "mechanism":
         plt.close(plot_mechanism(pd.read_csv(args.bandit), args.out))
+        return 0
+    if args.figure == "advantage":
+        plt.close(plot_mechanism_advantage(pd.read_csv(args.sweeps), args.out))
         return 0
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":
