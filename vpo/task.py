@@ -14,6 +14,7 @@ Only numpy is needed here.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections import UserDict
@@ -113,6 +114,16 @@ class Task:
         if len(values) != self.k:
             raise ValueError(f"task {self.name!r}: scorer returned {len(values)} values, expected k={self.k}")
         return [min(1.0, max(0.0, v)) if np.isfinite(v) else 0.0 for v in values]
+
+
+def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
+    """A task's settings dataclass from a mapping; an unknown key is an error naming the known ones."""
+    values = dict(values or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{task}: unknown setting(s) {unknown}; known: {sorted(known)}")
+    return cls(**values)
 
 
 def as_random(rng: Any) -> random.Random:

@@ -14,7 +14,6 @@ questions_hard_5 and tests on the other half (`mode: mixed_split`).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import string
@@ -25,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random
+from vpo.task import Task, as_random, settings_from
 from vpo_tasks.hub import DataUnavailable, load_hub_dataset
 from vpo_tasks.response_slots import distinct_slots, first_block_nocase, slot_matrix
 
@@ -48,12 +47,7 @@ class EureqaSettings:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "EureqaSettings":
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"eureqa: unknown setting(s) {unknown}; known: {sorted(known)}")
-        settings = cls(**values)
+        settings = settings_from(cls, values, "eureqa")
         if settings.mode not in MODES:
             raise ValueError(f"eureqa: mode {settings.mode!r} is not one of {MODES}")
         return settings

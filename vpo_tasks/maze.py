@@ -11,7 +11,6 @@ bottom are used only by the CPU trainer's base model.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import re
@@ -23,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random
+from vpo.task import Task, as_random, settings_from
 from vpo_tasks.maze_generator import CENTER, CORNERS, SIZE, generate_mazes
 
 MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
@@ -48,12 +47,7 @@ class MazeSettings:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "MazeSettings":
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"maze: unknown setting(s) {unknown}; known: {sorted(known)}")
-        settings = cls(**values)
+        settings = settings_from(cls, values, "maze")
         if settings.score_mode not in SCORE_MODES:
             raise ValueError(f"maze: score_mode {settings.score_mode!r} is not one of {SCORE_MODES}")
         if settings.train_size < 1 or settings.test_size < 1:

@@ -13,7 +13,6 @@ validation questions stratified by hop count (100 each of 2, 3 and 4 hops).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random
+from vpo.task import Task, as_random, settings_from
 from vpo_tasks.hub import local_files, load_hub_dataset
 from vpo_tasks.response_slots import distinct_slots, first_block, slot_matrix
 
@@ -46,12 +45,7 @@ class MusiqueSettings:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "MusiqueSettings":
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"musique: unknown setting(s) {unknown}; known: {sorted(known)}")
-        settings = cls(**values)
+        settings = settings_from(cls, values, "musique")
         if settings.eval_split not in ("hop_stratified", "first"):
             raise ValueError(f"musique: eval_split {settings.eval_split!r} is not one of hop_stratified, first")
         if settings.eval_size < 0 or (settings.eval_split == "hop_stratified" and settings.eval_size % len(HOP_COUNTS)):

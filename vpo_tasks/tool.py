@@ -14,7 +14,6 @@ same two files in a local directory (`data.path`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import string
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random
+from vpo.task import Task, as_random, settings_from
 from vpo_tasks.hub import DataUnavailable, local_files
 from vpo_tasks.response_slots import distinct_slots, first_block, slot_matrix
 
@@ -44,12 +43,7 @@ class ToolSettings:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "ToolSettings":
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"tool: unknown setting(s) {unknown}; known: {sorted(known)}")
-        return cls(**values)
+        return settings_from(cls, values, "tool")
 
 
 # ---- parsing (tasks.md 4.3) ------------------------------------------------------------------
