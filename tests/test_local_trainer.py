@@ -159,3 +159,67 @@ def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_d
     assert {"single/success_rate", "multi/success_rate"} <= set(info["sampled"])
     model, tok = load_pretrained(out)
     assert model.config.vocab_size == len(tok)
+
+
+# ---- a rerun is the run it claims to be --------------------------------------------------------
+def _spec(data, base, out, settings, config_hash="h1"):
+    from vpo.local.trainer import RunSpec
+
+    return RunSpec("maze", "grpo", 0, str(data), str(base), str(out), settings, {}, m=3, config_hash=config_hash)
+
+
+def _final_weights(out):
+    return (Path(out) / "checkpoints" / "final" / "model.safetensors").read_bytes()
+
+
+def test_changed_settings_or_a_finished_run_retrain_from_step_0(tiny_maze_data, tiny_base_model, tiny_local_settings,
+                                                                 tmp_path, caplog):
+    import dataclasses
+
+    from vpo.local.trainer import train_local
+
+    out = tmp_path / "run"
+    first = train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))
+    assert first["resumed_from_step"] == 0
+    before = _final_weights(out)
+    # the same settings again (what --forcerun or -R train does): the finished run is retrained
+    again = train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))
+    assert again["resumed_from_step"] == 0 and "had finished" in caplog.text
+    assert _final_weights(out) == before  # deterministic: the same settings give the same model
+    # another learning rate (a new settings digest): retrained, and the weights differ
+    faster = dataclasses.replace(tiny_local_settings, lr=tiny_local_settings.lr * 10)
+    changed = train_local(_spec(tiny_maze_data, tiny_base_model, out, faster, config_hash="h2"))
+    assert changed["resumed_from_step"] == 0 and _final_weights(out) != before
+    assert len(list(tmp_path.glob("run/checkpoints.stale-*"))) >= 1  # old checkpoints kept aside
+
+
+def _unfinished(out):
+    """Turn a finished run directory into one killed after its last step checkpoint."""
+    import shutil
+
+    shutil.rmtree(Path(out) / "checkpoints" / "final")
+
+
+def test_resume_needs_the_same_record_and_skips_a_damaged_newest_checkpoint(tiny_maze_data, tiny_base_model,
+                                                                            tiny_local_settings, tmp_path):
+    import shutil
+
+    from vpo.local.checkpoint import checkpoint_steps
+    from vpo.local.trainer import train_local
+
+    out = tmp_path / "run"
+    train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))
+    _unfinished(out)
+    steps = checkpoint_steps(out / "checkpoints")
+    assert steps == [2, 4]
+    assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 4
+    # a damaged newest checkpoint: the previous one is used
+    _unfinished(out)
+    (out / "checkpoints" / "step_4" / "trainer_state.pt").write_bytes(b"not a checkpoint")
+    assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 2
+    # a rebuilt base model (a new build record) is not resumed from
+    _unfinished(out)
+    rebuilt = tmp_path / "base"
+    shutil.copytree(tiny_base_model, rebuilt)
+    (rebuilt / "base.json").write_text((rebuilt / "base.json").read_text().replace("{", '{"rebuilt": true, ', 1))
+    assert train_local(_spec(tiny_maze_data, rebuilt, out, tiny_local_settings))["resumed_from_step"] == 0

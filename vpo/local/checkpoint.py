@@ -1,22 +1,77 @@
 """Checkpoints and run files of the local trainer.
 
-`<run>/checkpoints/step_<N>/` holds `model/` (Hugging Face format, tokenizer included) and
-`trainer_state.pt` (step, optimizer state, torch and numpy RNG states). A checkpoint is written to
-a temporary sibling and renamed, so a directory named `step_<N>` is always complete; a restart
-continues from the highest one.
+`<run>/checkpoints/step_<N>/` holds `model/` (Hugging Face format, tokenizer included),
+`trainer_state.pt` (step, optimizer state, torch and numpy RNG states) and `record.json`, what
+produced it (the cell's settings digest, the base model's identity, method, seed, the training data's
+digest). A checkpoint is written to a temporary sibling and renamed, so a directory named
+`step_<N>` is always complete.
+
+A restart resumes only from a checkpoint whose record equals the new run's, and only while the
+checkpointed run is unfinished (no `final/`): a rerun after a finished run, or with other settings,
+data or base model, trains from step 0, and the old checkpoints are moved aside, not deleted.
+A newest checkpoint that cannot be loaded gives way to the one before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 from vpo.atomic import atomic_dir, write_text_atomic
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
+RECORD = "record.json"
+log = logging.getLogger(__name__)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes (the identity of training data or of a base model build)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def resumable_checkpoint(checkpoint_root: str | os.PathLike, record: dict[str, Any]) -> tuple[Path | None, dict | None]:
+    """The newest loadable checkpoint this run may resume from, with its trainer state; (None, None)
+    to start fresh, in which case any old checkpoints have been moved aside and the log says why."""
+    root = Path(checkpoint_root)
+    steps = checkpoint_steps(root)
+    if not steps and not (root / "final").exists():
+        return None, None
+    reason = None
+    if (root / "final").exists():
+        reason = "the checkpointed run had finished, so this run retrains from step 0"
+    else:
+        for step in reversed(steps):
+            path = root / f"step_{step}"
+            try:
+                stored = json.loads((path / RECORD).read_text())
+            except (OSError, ValueError):
+                stored = None
+            if stored != record:
+                reason = f"{path.name} was made by other settings, data, base model or method ({stored} != {record})"
+                break
+            try:
+                return path, load_trainer_state(path)
+            except Exception as err:  # a damaged newest checkpoint: fall back to the one before
+                log.warning("checkpoint %s cannot be loaded (%s); trying the previous one", path, err)
+        else:
+            reason = "no checkpoint could be loaded"
+    stamp, n = time.strftime("%Y%m%dT%H%M%S"), 0
+    while (aside := root.with_name(f"{root.name}.stale-{stamp}" + (f"-{n}" if n else ""))).exists():
+        n += 1
+    root.rename(aside)
+    log.warning("starting from step 0: %s; old checkpoints moved to %s", reason, aside)
+    return None, None
 
 
 def checkpoint_steps(checkpoint_root: str | os.PathLike) -> list[int]:
@@ -32,13 +87,9 @@ def checkpoint_steps(checkpoint_root: str | os.PathLike) -> list[int]:
     return sorted(steps)
 
 
-def latest_checkpoint(checkpoint_root: str | os.PathLike) -> Path | None:
-    steps = checkpoint_steps(checkpoint_root)
-    return Path(checkpoint_root) / f"step_{steps[-1]}" if steps else None
-
-
-def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_rng, *, keep: int = 2) -> Path:
-    """Write `step_<step>` atomically, then delete all but the newest `keep` checkpoints."""
+def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_rng, *, record: dict[str, Any],
+                    keep: int = 2) -> Path:
+    """Write `step_<step>` (with `record`) atomically, then delete all but the newest `keep` checkpoints."""
     import torch
 
     root = Path(checkpoint_root)
@@ -53,6 +104,7 @@ def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_
             "numpy_rng": np_rng.bit_generator.state,
         }
         torch.save(state, tmp / "trainer_state.pt")
+        (tmp / RECORD).write_text(json.dumps(record, sort_keys=True))
     for old in checkpoint_steps(root)[:-keep] if keep > 0 else []:
         shutil.rmtree(root / f"step_{old}", ignore_errors=True)
     return final
@@ -61,7 +113,8 @@ def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_
 def load_trainer_state(checkpoint_dir: str | os.PathLike) -> dict:
     import torch
 
-    return torch.load(Path(checkpoint_dir) / "trainer_state.pt", weights_only=False)
+    # tensors, the optimizer's plain state and the numpy generator's state dict: safe to load as weights only
+    return torch.load(Path(checkpoint_dir) / "trainer_state.pt", weights_only=True)
 
 
 def truncate_metrics(path: str | os.PathLike, last_step: int) -> int:

@@ -119,9 +119,14 @@ def train_local(spec: RunSpec) -> dict:
     np_rng = np.random.default_rng([spec.seed, 1])
     torch.manual_seed(spec.seed)
     start_step = 0
-    latest = ckpt.latest_checkpoint(ckpt_root)
+    # what produced this run's checkpoints; a checkpoint made by anything else is never resumed
+    provenance = {"config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
+              "base_model": ckpt.file_digest(Path(spec.base_model) / "model.safetensors"),
+              "base_build": ckpt.file_digest(Path(spec.base_model) / "base.json")
+              if (Path(spec.base_model) / "base.json").is_file() else None,
+              "data": ckpt.file_digest(Path(spec.data_dir) / "train.parquet")}
+    latest, state = ckpt.resumable_checkpoint(ckpt_root, provenance)
     if latest is not None:
-        state = ckpt.load_trainer_state(latest)
         policy, _ = load_pretrained(latest / "model")
         optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
                                       weight_decay=cfg.weight_decay)
@@ -206,7 +211,8 @@ def train_local(spec: RunSpec) -> dict:
         log.info("step %d/%d score %.3f diversity %.3f (%.2fs)", step, cfg.steps, record["score_mean"],
                  record["pool_diversity"], record["step_s"])
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            ckpt.save_checkpoint(ckpt_root, step, policy, tokenizer, optimizer, np_rng, keep=cfg.keep_checkpoints)
+            ckpt.save_checkpoint(ckpt_root, step, policy, tokenizer, optimizer, np_rng, record=provenance,
+                                 keep=cfg.keep_checkpoints)
 
     from vpo.local.model import save_pretrained_atomic
 
