@@ -264,3 +264,20 @@ def test_importing_the_launcher_registers_nothing_and_the_plugin_registers_all()
     out = subprocess.run([sys.executable, "-c", probe + "print(registered())"], capture_output=True, text=True,
                          check=True, env=auto).stdout
     assert out.strip() == "(True, True)"
+
+
+def test_verl_checkpoints_are_resumed_only_by_the_run_that_made_them(tmp_path):
+    from vpo.verl_ext.launcher import FINISHED, RECORD, claim_checkpoints
+
+    ckpt = tmp_path / "checkpoints"
+    mine = {"config_hash": "a", "method": "vpo", "seed": 0, "model": "m", "data": "d"}
+    assert claim_checkpoints(ckpt, mine) is None and json.loads((ckpt / RECORD).read_text()) == mine
+    (ckpt / "global_step_10").mkdir()
+    assert claim_checkpoints(ckpt, mine) is None and (ckpt / "global_step_10").is_dir()  # a killed run resumes
+    changed = {**mine, "config_hash": "b"}
+    assert "other settings" in claim_checkpoints(ckpt, changed)
+    assert not (ckpt / "global_step_10").exists() and json.loads((ckpt / RECORD).read_text()) == changed
+    (ckpt / "global_step_20").mkdir()
+    (ckpt / FINISHED).touch()
+    assert "had finished" in claim_checkpoints(ckpt, changed)  # --forcerun / -R train: train again
+    assert sorted(p.name.split(".stale-")[0] for p in tmp_path.glob("checkpoints.stale-*")) == ["checkpoints"] * 2

@@ -94,6 +94,18 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def set_aside(path: str | os.PathLike) -> Path:
+    """Rename a directory to a new `<name>.stale-<time>[-n]` sibling (kept, never deleted); returns it."""
+    import time
+
+    path = Path(path)
+    stamp, n = time.strftime("%Y%m%dT%H%M%S"), 0
+    while (aside := path.with_name(f"{path.name}.stale-{stamp}" + (f"-{n}" if n else ""))).exists():
+        n += 1
+    path.rename(aside)
+    return aside
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     with atomic_file(path) as tmp:
         tmp.write_text(text)

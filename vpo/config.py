@@ -219,6 +219,15 @@ def scale_note(cfg: Mapping[str, Any]) -> str:
     return f"{cfg['preset']} preset: veRL on {', '.join(models)}"
 
 
+def file_digest(path: str | os.PathLike) -> str:
+    """Short sha256 of a file's bytes (the identity of training data or of a model build)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 def settings_digest(settings: Any) -> str:
     """Short stable hash of a JSON-able value (key order does not matter)."""
     text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)

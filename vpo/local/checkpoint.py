@@ -14,30 +14,19 @@ A newest checkpoint that cannot be loaded gives way to the one before it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
-from vpo.atomic import atomic_dir, write_text_atomic
+from vpo.atomic import atomic_dir, set_aside, write_text_atomic
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 RECORD = "record.json"
 log = logging.getLogger(__name__)
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes (the identity of training data or of a base model build)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
 
 
 def resumable_checkpoint(checkpoint_root: str | os.PathLike, record: dict[str, Any]) -> tuple[Path | None, dict | None]:
@@ -66,10 +55,7 @@ def resumable_checkpoint(checkpoint_root: str | os.PathLike, record: dict[str, A
                 log.warning("checkpoint %s cannot be loaded (%s); trying the previous one", path, err)
         else:
             reason = "no checkpoint could be loaded"
-    stamp, n = time.strftime("%Y%m%dT%H%M%S"), 0
-    while (aside := root.with_name(f"{root.name}.stale-{stamp}" + (f"-{n}" if n else ""))).exists():
-        n += 1
-    root.rename(aside)
+    aside = set_aside(root)
     log.warning("starting from step 0: %s; old checkpoints moved to %s", reason, aside)
     return None, None
 

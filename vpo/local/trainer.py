@@ -83,6 +83,7 @@ def train_local(spec: RunSpec) -> dict:
     import torch
 
     from vpo.advantage import advantage_for_method
+    from vpo.config import file_digest
     from vpo.generate import SamplingSettings, render_prompts, sample_responses
     from vpo.data import read_rows
     from vpo.generate import load_pretrained
@@ -121,10 +122,10 @@ def train_local(spec: RunSpec) -> dict:
     start_step = 0
     # what produced this run's checkpoints; a checkpoint made by anything else is never resumed
     provenance = {"config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
-              "base_model": ckpt.file_digest(Path(spec.base_model) / "model.safetensors"),
-              "base_build": ckpt.file_digest(Path(spec.base_model) / "base.json")
+              "base_model": file_digest(Path(spec.base_model) / "model.safetensors"),
+              "base_build": file_digest(Path(spec.base_model) / "base.json")
               if (Path(spec.base_model) / "base.json").is_file() else None,
-              "data": ckpt.file_digest(Path(spec.data_dir) / "train.parquet")}
+              "data": file_digest(Path(spec.data_dir) / "train.parquet")}
     latest, state = ckpt.resumable_checkpoint(ckpt_root, provenance)
     if latest is not None:
         policy, _ = load_pretrained(latest / "model")

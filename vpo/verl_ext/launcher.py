@@ -241,6 +241,34 @@ def convert_metrics(out_dir) -> int:
     return len(rows)
 
 
+RECORD = "vpo_record.json"  # in the checkpoint directory: what produced its checkpoints
+FINISHED = "vpo_finished"  # in the checkpoint directory: the run completed
+
+
+def claim_checkpoints(checkpoint_dir: Path, provenance: Mapping[str, Any]) -> str | None:
+    """Let veRL resume from `checkpoint_dir` only if its checkpoints were made by this very run
+    (same record) and that run is unfinished; otherwise move them aside so veRL starts at step 0.
+    Writes this run's record; returns why the old checkpoints were set aside, or None."""
+    from vpo.atomic import set_aside
+
+    reason = None
+    if checkpoint_dir.is_dir() and any(checkpoint_dir.iterdir()):
+        try:
+            stored = json.loads((checkpoint_dir / RECORD).read_text())
+        except (OSError, ValueError):
+            stored = None
+        if (checkpoint_dir / FINISHED).exists():
+            reason = "the checkpointed run had finished, so this run retrains from step 0"
+        elif stored != dict(provenance):
+            reason = f"the checkpoints were made by other settings, data, model or method ({stored} != {dict(provenance)})"
+        if reason:
+            print(f"[vpo] starting from step 0: {reason}; old checkpoints moved to {set_aside(checkpoint_dir)}",
+                  file=sys.stderr)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(checkpoint_dir / RECORD, json.dumps(dict(provenance), sort_keys=True))
+    return reason
+
+
 def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
                print_command: bool = False) -> int:
     """Train one cell with veRL; returns the exit status (0 = trained, train.json written; 2 = the
@@ -249,6 +277,7 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
     print_command: print the veRL command line (environment first) and return 0 without running
     or checking the GPU-side files.
     """
+    from vpo.config import cell_digest, file_digest
     from vpo.train import write_train_json
 
     started = time.time()
@@ -263,6 +292,9 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
         print(f"error: preflight failed for {run_name(task, method, seed)}: {err}", file=sys.stderr)
         return 2
     out = command.out_dir
+    claim_checkpoints(out / "checkpoints", {
+        "config_hash": cell_digest(cfg, task, method), "method": method, "seed": int(seed), "model": command.model,
+        "data": file_digest(command.data_files[0])})
     for sub in ("logs", "checkpoints", ".cache/datasets"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     Path(command.env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
@@ -278,6 +310,7 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
     latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     if latest.is_file():
         steps = max(steps, int(latest.read_text().strip() or 0))
+    (out / "checkpoints" / FINISHED).touch()
     write_train_json(out, cfg, backend="verl", task=task, method=method, seed=seed, steps=steps, started=started,
                      estimator=command.estimator, batch_preset=command.batch_preset, gpus=command.gpus,
                      model=command.model)
