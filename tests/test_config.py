@@ -141,3 +141,12 @@ def test_scale_note_names_preset_and_scale():
                                                 "30 RL steps of 8 x 8 rollouts")
     paper = scale_note(load_config(CONFIG, preset="paper"))
     assert paper.startswith("paper preset: veRL on ") and "Qwen/Qwen3-4B" in paper
+
+
+def test_command_line_numbers_in_lists_are_numbers(raw):
+    from vpo.config import numbers_in_lists
+
+    cfg = resolve_config({**raw, "seeds": ["0", "2"]}, "paper")  # what `--config seeds=[0,2]` hands over
+    assert cfg["seeds"] == [0, 2]
+    assert numbers_in_lists({"a": ["1.5", "x1", "-3", "1e-3", "2025-02-01"]}) == {"a": [1.5, "x1", -3, 1e-3, "2025-02-01"]}
+

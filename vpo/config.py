@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -101,6 +102,20 @@ def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
         raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))
 
 
+NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
+
+
+def numbers_in_lists(value: Any) -> Any:
+    """A copy where list items that are numbers written as text become numbers: Snakemake hands
+    `--config seeds=[0]` over as ["0"]. No list of the config holds text that reads as a number."""
+    if isinstance(value, Mapping):
+        return {k: numbers_in_lists(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [(int(v) if re.fullmatch(r"[+-]?\d+", v) else float(v)) if isinstance(v, str) and NUMBER.match(v)
+                else numbers_in_lists(v) for v in value]
+    return value
+
+
 def resolve_config(
     raw: Mapping[str, Any],
     preset: str | None = None,
@@ -115,6 +130,7 @@ def resolve_config(
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"invalid config ({source}): expected a mapping of keys, got {type(raw).__name__}")
+    raw = numbers_in_lists(raw)
     validate(raw, source=source)
     name = preset or raw["preset"]
     if name not in raw["presets"]:
