@@ -20,8 +20,8 @@ rule preprocess:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out} --config {params.config}"
-        " --preset {params.preset} > {log} 2>&1"
+        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out:q} --config {params.config:q}"
+        " --preset {params.preset:q} > {log} 2>&1"
 
 
 rule base_model:
@@ -44,5 +44,5 @@ rule base_model:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data}"
-        " --preset {params.preset} --config {params.config} --out {params.out} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data:q}"
+        " --preset {params.preset:q} --config {params.config:q} --out {params.out:q} > {log} 2>&1"

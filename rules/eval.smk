@@ -24,5 +24,5 @@ rule eval:
         "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model} --task {wildcards.task}"
-        " --method {wildcards.method} --data {params.data} --seed {wildcards.evalseed} --preset {params.preset}"
-        " --config {params.config} --out {output.pool} > {log} 2>&1"
+        " --method {wildcards.method} --data {params.data:q} --seed {wildcards.evalseed} --preset {params.preset:q}"
+        " --config {params.config:q} --out {output.pool} > {log} 2>&1"

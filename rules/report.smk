@@ -21,7 +21,7 @@ rule aggregate:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli aggregate evals --out-dir {params.out} {input} > {log} 2>&1"
+        "python -m vpo.cli aggregate evals --out-dir {params.out:q} {input} > {log} 2>&1"
 
 
 rule aggregate_training:
@@ -61,8 +61,8 @@ rule main_table:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli table main --summary {input} --best-at {params.best_at} --methods {params.methods}"
-        " --tasks {params.tasks} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+        "python -m vpo.cli table main --summary {input} --best-at {params.best_at:q} --methods {params.methods:q}"
+        " --tasks {params.tasks:q} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
 
 
 rule curve_table:
@@ -91,7 +91,7 @@ rule curve_table:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table curve --metric {wildcards.metric} --task {wildcards.task} --summary {input}"
-        " --methods {params.methods} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+        " --methods {params.methods:q} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
 
 
 rule figure_pass_at_k:
@@ -114,7 +114,7 @@ rule figure_pass_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric pass_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods} --tasks {params.tasks} --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output} > {log} 2>&1"
 
 
 rule figure_best_at_k:
@@ -137,7 +137,7 @@ rule figure_best_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric best_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods} --tasks {params.tasks} --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output} > {log} 2>&1"
 
 
 rule figure_diversity_over_training:
@@ -162,7 +162,7 @@ rule figure_diversity_over_training:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli plot diversity --training {input} --methods {params.methods} --tasks {params.tasks}"
+        "python -m vpo.cli plot diversity --training {input} --methods {params.methods:q} --tasks {params.tasks:q}"
         " --scale {params.scale:q} --out {output} > {log} 2>&1"
 
 

@@ -12,7 +12,7 @@ rule train:
     params:
         out=parent_dir,
         data=lambda wc, input: os.path.dirname(input.data),
-        base_model=lambda wc, input: f"--base-model {os.path.dirname(input.base)}" if "base" in input.keys() else "",
+        base_model=lambda wc, input: ["--base-model", os.path.dirname(input.base)] if "base" in input.keys() else [],
         backend=BACKEND,
         preset=PRESET,
         config=CONFIG_SNAPSHOT,
@@ -27,9 +27,9 @@ rule train:
     conda:
         "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend} --task {wildcards.task}"
-        " --method {wildcards.method} --seed {wildcards.seed} --preset {params.preset} --data {params.data}"
-        " {params.base_model} --out {params.out} --config {params.config} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend:q} --task {wildcards.task}"
+        " --method {wildcards.method} --seed {wildcards.seed} --preset {params.preset:q} --data {params.data:q}"
+        " {params.base_model:q} --out {params.out:q} --config {params.config:q} > {log} 2>&1"
 
 
 rule merge:
@@ -48,4 +48,4 @@ rule merge:
     conda:
         "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
     shell:
-        "python -m vpo.cli merge --run {params.run} > {log} 2>&1"
+        "python -m vpo.cli merge --run {params.run:q} > {log} 2>&1"

@@ -116,6 +116,7 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     ({"methods": ["grpo", "vpo", "reinforce"]}, "methods[2]", "'reinforce' is not one of"),
     ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
     ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
+    ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
 ])
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
     # the overrides are whole top-level keys, so they replace the preset's grid: give preset=paper
