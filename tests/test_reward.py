@@ -63,6 +63,9 @@ def test_rows_that_are_misconfigured_raise():
         compute_score("maze", A, {**GT, "weights": [0.5, 0.5]}, {})
     with pytest.raises(ValueError, match="num_solutions"):
         compute_score("maze", A, GT, {"num_solutions": 0})
+    with pytest.raises(ValueError, match="whole number"):
+        compute_score("maze", A, GT, {"num_solutions": 2.7})  # never read as 2
+    assert compute_score("maze", A, GT, {"num_solutions": 3.0})["num_answers"] == 1.0
     with pytest.raises(ValueError, match="unknown task"):
         compute_score("not_a_task", A, GT, {})
 

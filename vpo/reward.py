@@ -57,8 +57,8 @@ def _num_solutions(extra_info: Mapping[str, Any] | None) -> int:
     if value is None:
         return 1
     m = int(value)
-    if m < 1:
-        raise ValueError(f"extra_info['num_solutions'] must be >= 1, got {value!r}")
+    if m != float(value) or m < 1:
+        raise ValueError(f"extra_info['num_solutions'] must be a whole number >= 1, got {value!r}")
     return m
 
 

@@ -174,7 +174,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
         "VERL_FILE_LOGGER_PATH": str(out_dir / "logs" / f"verl_metrics.{time.strftime('%Y%m%dT%H%M%S')}.jsonl"),
         # per-job scratch: short path (Ray's socket names must stay under ~107 characters)
-        "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{digest}"),
+        "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{os.getuid()}-{digest}"),  # made 0700 below
         "MASTER_PORT": str(_free_port()),
         "HF_DATASETS_CACHE": str(out_dir / ".cache" / "datasets"),
         "TOKENIZERS_PARALLELISM": "false",
@@ -297,7 +297,12 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
         "data": file_digest(command.data_files[0])})
     for sub in ("logs", "checkpoints", ".cache/datasets"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    Path(command.env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    ray_tmp = Path(command.env["RAY_TMPDIR"])
+    ray_tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if ray_tmp.stat().st_uid != os.getuid():
+        print(f"error: {ray_tmp} belongs to another user; remove it or set TMPDIR", file=sys.stderr)
+        return 2
+    ray_tmp.chmod(0o700)
     print(f"[vpo] veRL cell {run_name(task, method, seed)}: {command.gpus} GPU(s), batch preset "
           f"{command.batch_preset} {asdict(command.batch)}, estimator {command.estimator}", flush=True)
     result = subprocess.run(command.argv, env={**os.environ, **command.env}, cwd=str(out))
