@@ -3,10 +3,13 @@
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from vpo.cli import COMMANDS, build_parser
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -28,3 +31,32 @@ def test_help_lists_subcommands_without_importing_torch():
     code = "import sys; from vpo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "preprocess" in proc.stdout and proc.stdout.strip().endswith("False")
+
+
+def test_a_stage_error_is_one_line_and_a_nonzero_exit(tmp_path):
+    """A damaged or empty split read by `vpo train`: one line naming the file and the command that
+    rebuilds it, exit status 1; VPO_DEBUG=1 gives the traceback."""
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.parquet").write_bytes(b"PAR1 this is not parquet")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    argv = [sys.executable, "-m", "vpo.cli", "train", "--backend", "local", "--task", "maze", "--method", "grpo",
+            "--seed", "0", "--data", str(data), "--base-model", str(base), "--out", str(tmp_path / "run")]
+    env = {k: v for k, v in os.environ.items() if k != "VPO_DEBUG"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("vpo ")]
+    assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr
+    assert str(data / "train.parquet") in lines[0] and "vpo preprocess" in lines[0]
+    pd.DataFrame({"data_source": [], "prompt": [], "reward_model": []}).to_parquet(data / "train.parquet")
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 1 and "has no rows" in done.stderr and "Traceback" not in done.stderr
+    debug = subprocess.run(argv, capture_output=True, text=True, env={**env, "VPO_DEBUG": "1"}, cwd=REPO)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr

@@ -37,6 +37,25 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def entry() -> int:
+    """The `vpo` command line: an error in a stage ends in one line on stderr (what is wrong, and
+    usually the file and the command that rebuilds it) and exit status 1; VPO_DEBUG=1 shows the
+    traceback instead."""
+    import os
+
+    try:
+        return main()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as err:
+        if os.environ.get("VPO_DEBUG"):
+            raise
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"vpo {command}: error: {message} (VPO_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -47,4 +66,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -21,7 +21,14 @@ def read_rows(data_dir: str | os.PathLike, split: str) -> list[dict]:
     """All rows of `<data_dir>/<split>.parquet` as plain dicts (prompt = list of messages)."""
     import pandas as pd
 
-    frame = pd.read_parquet(split_path(data_dir, split))
+    path = split_path(data_dir, split)
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise ValueError(f"{path} is not a readable parquet file ({type(err).__name__}); rebuild it with "
+                         f"`vpo preprocess --task <task> --out {data_dir}`") from err
+    if frame.empty:
+        raise ValueError(f"{path} has no rows; rebuild it with `vpo preprocess --task <task> --out {data_dir}`")
     for column in ("data_source", "prompt", "reward_model"):
         if column not in frame.columns:
             raise ValueError(f"{data_dir}/{split}.parquet has no `{column}` column; re-run `vpo preprocess`")
