@@ -72,13 +72,6 @@ def _weights(ground_truth: Mapping[str, Any], task: Task) -> np.ndarray | None:
     return w
 
 
-def score_matrix(task: Task, text: str, ground_truth: Mapping[str, Any], m: int) -> list[list[float]]:
-    """The (m, k) matrix of one response (m = 1: the single-answer parse)."""
-    if m > 1:
-        return task.score_multi(text, ground_truth, m)
-    return [task.score_single(text, ground_truth)]
-
-
 def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str, Any],
                   extra_info: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """Score one response; see the module docstring for modes and keys."""
@@ -90,7 +83,7 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
                          "(ground_truth['weights']); prepare the row for one method")
     text = solution_str if isinstance(solution_str, str) else ("" if solution_str is None else str(solution_str))
 
-    matrix = score_matrix(task, text, ground_truth, m)
+    matrix, num_answers = task.score_response(text, dict(ground_truth), m)
     scalars = [task.scalar(row) for row in matrix]
     best = int(np.argmax(scalars))
     if m > 1:
@@ -99,7 +92,6 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
         score = weighted_scalar(matrix[0], weights)
     else:
         score = scalars[0]
-    num_answers = len(task.split_answers(text, m)) if m > 1 else int(task.parses(text))
     result: dict[str, Any] = {"score": score, "sub_scores": json.dumps(matrix)}
     result.update({name: float(v) for name, v in zip(task.objective_names, matrix[best])})
     result["acc"] = float(any(task.is_correct(row) for row in matrix))

@@ -98,15 +98,17 @@ class Task:
         raise NotImplementedError
 
     # ---- scoring of whole responses (shared; a task may override) --------------------------
-    def score_single(self, text: str, ground_truth: dict[str, Any]) -> list[float]:
-        """The k-vector of a single-answer response."""
-        return self._clean(self.score_answer(text, ground_truth))
+    def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[Matrix, int]:
+        """The (m, k) matrix of a response and the number of distinct answers it gave, from one parse.
 
-    def score_multi(self, text: str, ground_truth: dict[str, Any], m: int) -> Matrix:
-        """The (m, k) matrix of an m-answer response: answers in order, zero rows pad up to m."""
-        rows = [self._clean(self.score_answer(a, ground_truth)) for a in self.split_answers(text, m)[:m]]
-        rows += [[0.0] * self.k for _ in range(m - len(rows))]
-        return rows
+        m = 1: the single-answer parse of the whole text (one row; the count is `parses`); m > 1:
+        the answers of `split_answers` in order, zero rows padding up to m.
+        """
+        if m == 1:
+            return [self._clean(self.score_answer(text, ground_truth))], int(self.parses(text))
+        answers = self.split_answers(text, m)[:m]
+        rows = [self._clean(self.score_answer(a, ground_truth)) for a in answers]
+        return rows + [[0.0] * self.k for _ in range(m - len(rows))], len(answers)
 
     def _clean(self, vector: Sequence[float]) -> list[float]:
         """Force k finite values in [0, 1] (a scorer bug must not leak NaN into training)."""

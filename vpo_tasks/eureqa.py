@@ -24,9 +24,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random, settings_from
+from vpo.task import as_random, settings_from
 from vpo_tasks.hub import DataUnavailable, load_hub_dataset
-from vpo_tasks.response_slots import distinct_slots, first_block_nocase, slot_matrix
+from vpo_tasks.response_slots import ResponseSlotTask, first_block_nocase
 
 LETTERS = ("A", "B", "C", "D", "E")
 MODES = ("mixed_split", "normal_to_hard")
@@ -121,7 +121,7 @@ def build_prompt(record: dict[str, Any]) -> str:
               "`From_Dusk_till_Dawn:_The_Series`).\n" + FORMAT_BLOCK)
 
 
-class EureqaTask(Task):
+class EureqaTask(ResponseSlotTask):
     name = "eureqa"
     data_source = "eureqa"
     objectives = tuple((f"entity_{x}", f"Resolving masked entity {x}" + (" (the answer)" if x == "A" else ""))
@@ -155,19 +155,11 @@ class EureqaTask(Task):
                 write_parquet_atomic(test_rows, os.path.join(out_dir, "test.parquet")))
 
     # -- answers
-    def split_answers(self, text: str, m: int) -> list[str]:
-        if m == 1:
-            return [text.strip()] if any(parse_entities(text)) else []
-        return distinct_slots(text, m)
-
     def parses(self, text: str) -> bool:
         return any(parse_entities(str(text)))
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
-
-    def score_multi(self, text: str, ground_truth: dict[str, Any], m: int) -> list[list[float]]:
-        return slot_matrix(text, m, self.k, lambda slot: self._clean(score_answer(slot, ground_truth)))
 
     def multi_format(self, m: int) -> str:
         return (f"Give {m} genuinely different reasoning chains (different candidate resolutions, not "

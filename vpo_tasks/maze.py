@@ -15,7 +15,6 @@ import os
 import random
 import re
 from collections import deque
-from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -123,7 +122,6 @@ def _all_blocks(text: str, opener: re.Pattern, closer: re.Pattern) -> list[str]:
     return bodies
 
 
-@lru_cache(maxsize=16)  # a response is parsed for its score and again for its answer count
 def parse_moves(text: str) -> tuple[str, ...]:
     """Moves of one answer: the first <answer>...</answer> (any case, whatever lies between), else
     the whole text; every whole word UP/DOWN/LEFT/RIGHT after upper-casing."""
@@ -148,8 +146,7 @@ def route_slots(text: str, m: int) -> list[str]:
     return [text] + [""] * (m - 1)
 
 
-@lru_cache(maxsize=16)  # the reward asks twice per response (the matrix, then the answer count)
-def distinct_routes(text: str, m: int) -> tuple[tuple[str, ...], ...]:
+def distinct_routes(text: str, m: int) -> list[tuple[str, ...]]:
     """Move lists of the m slots in order, dropping empty ones and repeats of an earlier slot: a
     duplicate or empty slot costs its row (extra routes never fill it)."""
     routes: list[tuple[str, ...]] = []
@@ -157,7 +154,7 @@ def distinct_routes(text: str, m: int) -> tuple[tuple[str, ...], ...]:
         moves = parse_moves(slot)
         if moves and moves not in routes:
             routes.append(moves)
-    return tuple(routes)
+    return routes
 
 
 # ---- prompts and rows -----------------------------------------------------------------------
@@ -235,6 +232,12 @@ class MazeTask(Task):
 
     def parses(self, text: str) -> bool:
         return bool(parse_moves(str(text)))
+
+    def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
+        if m > 1:
+            return super().score_response(text, ground_truth, m)
+        moves = parse_moves(text)  # one parse for the vector and the answer count
+        return [self._clean(score_moves(moves, ground_truth))], int(bool(moves))
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_moves(parse_moves(str(answer)), ground_truth)

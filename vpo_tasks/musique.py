@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random, settings_from
+from vpo.task import as_random, settings_from
 from vpo_tasks.hub import local_files, load_hub_dataset
-from vpo_tasks.response_slots import distinct_slots, first_block, slot_matrix
+from vpo_tasks.response_slots import ResponseSlotTask, first_block
 
 MAX_HOPS = 4  # hop channels; also the citation cap (first 4 distinct indices)
 FILES = {"train": "musique_ans_v1.0_train.jsonl", "validation": "musique_ans_v1.0_dev.jsonl"}
@@ -144,7 +144,7 @@ def build_prompt(record: dict[str, Any]) -> str:
             f"support your answer.\n\nParagraphs:\n{paragraphs}\n\nQuestion: {record['question']}\n\n{FORMAT_LINE}")
 
 
-class MusiqueTask(Task):
+class MusiqueTask(ResponseSlotTask):
     name = "musique"
     data_source = "musique"
     objectives = (
@@ -192,19 +192,11 @@ class MusiqueTask(Task):
                 write_parquet_atomic(self.rows("test", test), os.path.join(out_dir, "test.parquet")))
 
     # -- answers
-    def split_answers(self, text: str, m: int) -> list[str]:
-        if m == 1:
-            return [text.strip()] if first_block(text, "<answer>", "</answer>") else []
-        return distinct_slots(text, m)
-
     def parses(self, text: str) -> bool:
         return bool((first_block(str(text), "<answer>", "</answer>") or "").strip())
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
-
-    def score_multi(self, text: str, ground_truth: dict[str, Any], m: int) -> list[list[float]]:
-        return slot_matrix(text, m, self.k, lambda slot: self._clean(score_answer(slot, ground_truth)))
 
     def multi_format(self, m: int) -> str:
         return (f"Give {m} different answers, each in its own block <response_1></response_1> to "

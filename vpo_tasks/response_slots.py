@@ -8,14 +8,17 @@ and is also slot 2. There is no fallback: a response without tags gives m empty 
 
 A multi-answer response scores to an (m, k) matrix: the m slots in order, an empty slot (after
 stripping) or one failing the task's gate is a zero row, every row equal to an earlier row is
-dropped (zero rows included), and zero rows pad back to m. Every search is "opener, then the first
-closer after it", which is linear in the text.
+dropped (zero rows included), and zero rows pad back to m (`ResponseSlotTask`, the base class of
+musique, eureqa and tool). Every search is "opener, then the first closer after it", which is
+linear in the text.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Any
+
+from vpo.task import Task
 
 
 def first_block(text: str, opener: str, closer: str) -> str | None:
@@ -39,21 +42,32 @@ def response_slots(text: str, m: int) -> list[str]:
     return [first_block(text, f"<response_{i}>", f"</response_{i}>") or "" for i in range(1, m + 1)]
 
 
-def slot_matrix(text: str, m: int, k: int, score: Callable[[str], Sequence[float]]) -> list[list[float]]:
-    """(m, k) rows of the m slots: score(slot) for a non-empty slot (a gate failure returns zeros),
-    duplicates of an earlier row dropped, zero rows appended up to m."""
-    rows: list[list[float]] = []
-    for slot in response_slots(text, m):
-        row = [float(v) for v in score(slot)] if slot.strip() else [0.0] * k
-        if row not in rows:
-            rows.append(row)
-    return rows + [[0.0] * k for _ in range(m - len(rows))]
+class ResponseSlotTask(Task):
+    """A task whose multi-answer responses come in `<response_i>` slots: the slot rules above for
+    m > 1; a single answer is the whole text, given when the task `parses` it."""
 
+    def split_answers(self, text: str, m: int) -> list[str]:
+        """m = 1: the stripped text if it parses; else the non-empty slots, stripped, without repeats."""
+        if m == 1:
+            return [text.strip()] if self.parses(text) else []
+        found: list[str] = []
+        for slot in (s.strip() for s in response_slots(text, m)):
+            if slot and slot not in found:
+                found.append(slot)
+        return found
 
-def distinct_slots(text: str, m: int) -> list[str]:
-    """The non-empty slots, stripped, without repeats (diagnostics: how many answers were given)."""
-    found: list[str] = []
-    for slot in response_slots(text, m):
-        if slot.strip() and slot.strip() not in found:
-            found.append(slot.strip())
-    return found
+    def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
+        """Rows of the m slots: a non-empty slot scored (a gate failure scores zeros), an empty one a
+        zero row, every row equal to an earlier one dropped, zero rows padding to m; and the number of
+        distinct non-empty slots."""
+        if m == 1:
+            return super().score_response(text, ground_truth, 1)
+        rows: list[list[float]] = []
+        given: set[str] = set()
+        for slot in response_slots(text, m):
+            row = self._clean(self.score_answer(slot, ground_truth)) if slot.strip() else [0.0] * self.k
+            if slot.strip():
+                given.add(slot.strip())
+            if row not in rows:
+                rows.append(row)
+        return rows + [[0.0] * self.k for _ in range(m - len(rows))], len(given)

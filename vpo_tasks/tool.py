@@ -14,8 +14,10 @@ same two files in a local directory (`data.path`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import string
 import urllib.request
 from collections import Counter
@@ -24,12 +26,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random, settings_from
+from vpo.task import as_random, settings_from
 from vpo_tasks.hub import DataUnavailable, local_files
-from vpo_tasks.response_slots import distinct_slots, first_block, slot_matrix
+from vpo_tasks.response_slots import ResponseSlotTask, first_block
 
 PUNCTUATION = str.maketrans("", "", string.punctuation)
-SEPARATORS = " \t\r\n,"  # skipped between the JSON objects of a tool_call body
+SEPARATORS = re.compile(r"[ \t\r\n,]*")  # skipped between the JSON objects of a tool_call body
+OBJECT_BREAK = re.compile(r"}(?=[ \t\r]*\n[ \t\r\n]*{)")  # an object ending a line before the next one
 DECODER = json.JSONDecoder()
 
 
@@ -55,11 +58,24 @@ def _objects(body: str) -> list[Any]:
         except (ValueError, RecursionError):
             return []
         return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+    # Fast path: the usual body, one object per line, read as one JSON array by putting a comma after
+    # each `}` that ends a line before a `{`. The newline stays, and a raw newline is invalid inside
+    # a JSON string, so when the joined text parses every comma fell between values and its items
+    # are the objects the stream below reads (up to the first non-object).
+    try:
+        items = json.loads("[" + OBJECT_BREAK.sub("},", body) + "]")
+    except (ValueError, RecursionError):
+        return _object_stream(body)
+    return list(itertools.takewhile(lambda item: isinstance(item, dict), items))
+
+
+def _object_stream(body: str) -> list[dict]:
+    """Objects read one by one from the start, skipping separators; stops at the first character
+    that does not open an object, or at the first invalid object."""
     found, i = [], 0
     while True:
-        while i < len(body) and body[i] in SEPARATORS:
-            i += 1
-        if i >= len(body) or body[i] != "{":
+        i = SEPARATORS.match(body, i).end()
+        if not body.startswith("{", i):
             return found
         try:
             value, i = DECODER.raw_decode(body, i)
@@ -100,7 +116,11 @@ def multiset_f1(pred: Sequence[Any], gold: Sequence[Any]) -> float:
 
 
 def set_f1(pred: set, gold: set) -> float:
-    return multiset_f1(sorted(pred, key=repr), sorted(gold, key=repr))
+    """F1 of two sets (1 when both are empty)."""
+    if not pred and not gold:
+        return 1.0
+    same = len(pred & gold)
+    return 0.0 if same == 0 else 2 * same / (len(pred) + len(gold))
 
 
 def _number(value: Any) -> bool:
@@ -210,7 +230,7 @@ def download(settings: ToolSettings, into: Path) -> Path:
 APPEND = r"\Z"  # the multi-answer instruction is appended to the user turn (the format is in the system prompt)
 
 
-class ToolTask(Task):
+class ToolTask(ResponseSlotTask):
     name = "tool"
     data_source = "tool"
     objectives = (
@@ -252,19 +272,11 @@ class ToolTask(Task):
                                      os.path.join(out_dir, "test.parquet")))
 
     # -- answers
-    def split_answers(self, text: str, m: int) -> list[str]:
-        if m == 1:
-            return [text.strip()] if text.strip() else []
-        return distinct_slots(text, m)
-
     def parses(self, text: str) -> bool:
         return first_block(str(text), "<think>", "</think>") is not None
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
-
-    def score_multi(self, text: str, ground_truth: dict[str, Any], m: int) -> list[list[float]]:
-        return slot_matrix(text, m, self.k, lambda slot: self._clean(score_answer(slot, ground_truth)))
 
     def multi_rewrites(self, m: int) -> list[tuple[str, str]]:
         return [(APPEND, "\n\n" + self.multi_format(m))]
