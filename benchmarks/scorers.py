@@ -1,16 +1,18 @@
 """Worst-case scoring time of each task's reward on 1 MB adversarial responses (goal: every call
-under 50 ms). Prints one line per task with its slowest input.
+under 50 ms). Prints one line per task with its slowest input (the median of 5 calls on it).
 
     python benchmarks/scorers.py
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from vpo.reward import compute_score
 
 MB = 1_000_000
+REPEATS = 5
 
 
 def inputs(tag_pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -55,9 +57,12 @@ def main() -> None:
             texts.update({"one call, 60k arguments": BIG_CALL, "20k calls": MANY_CALLS})
         for name, text in texts.items():
             for m in (1, 3):
-                start = time.perf_counter()
-                compute_score(task, text, truth, {"num_solutions": m})
-                took = time.perf_counter() - start
+                runs = []
+                for _ in range(REPEATS):  # the median of a few calls: one call is at the mercy of the machine
+                    start = time.perf_counter()
+                    compute_score(task, text, truth, {"num_solutions": m})
+                    runs.append(time.perf_counter() - start)
+                took = statistics.median(runs)
                 if took > worst:
                     worst, worst_name = took, f"{name}, m={m}"
         verdict = "ok" if worst < 0.05 else "OVER"

@@ -79,6 +79,16 @@ def test_call_parser(body, names):
     assert [c["name"] for c in tool.parse_calls(body)] == names
 
 
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(['{"name": "a"}', '{"name": "b", "parameters": {"x": 1}}', '{"s": "}\n{"}',
+                                 '{"s": "x}', '42', '"t"', '[1]', '{', '}', '', ' ', '\n', ',', '\t', '{"n": null}']),
+                max_size=12).map("".join))
+def test_the_fast_path_reads_what_the_object_stream_reads(body):
+    body = body.strip()
+    if not body.startswith("["):
+        assert tool._objects(body) == tool._object_stream(body)
+
+
 def test_arguments_fallback_and_non_object_parameters():
     calls = tool.parse_calls('{"name": "a", "arguments": {"x": 1}}\n{"name": "b", "parameters": [1]}\n'
                              '{"name": "c", "parameters": {"y": 2}, "arguments": {"z": 3}}')
