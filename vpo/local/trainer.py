@@ -61,21 +61,12 @@ def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float 
     return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
 
 
-def score_rollouts(task, rows: list[dict], texts: list[str]):
-    """compute_score for every rollout: scores (B,), sub_scores list of (m_i, k), channels (B, k), and
-    failures (B,) 1.0 where the reward parsed no answer (num_answers = 0)."""
+def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
+    """compute_score of every rollout (its score, sub_scores, channels, acc and num_answers)."""
     from vpo.reward import compute_score
-    from vpo.rollouts import as_matrix
 
-    scores, subs, channels, failures = [], [], [], []
-    names = task.objective_names
-    for row, text in zip(rows, texts):
-        result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
-        scores.append(float(result["score"]))
-        subs.append(as_matrix(result["sub_scores"]))
-        channels.append([float(result[name]) for name in names])
-        failures.append(result["num_answers"] == 0)
-    return np.asarray(scores), subs, np.asarray(channels), np.asarray(failures, dtype=float)
+    return [compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
+            for row, text in zip(rows, texts)]
 
 
 def train_local(spec: RunSpec) -> dict:
@@ -89,6 +80,7 @@ def train_local(spec: RunSpec) -> dict:
     from vpo.generate import load_pretrained
     from vpo.local.rl import low_var_kl, masked_mean, pack_rollouts, ppo_clip_loss, response_logprobs
     from vpo.methods import get_method
+    from vpo.rollouts import as_matrix
     from vpo.task import resolve
 
     cfg = spec.settings
@@ -121,11 +113,13 @@ def train_local(spec: RunSpec) -> dict:
     torch.manual_seed(spec.seed)
     start_step = 0
     # what produced this run's checkpoints; a checkpoint made by anything else is never resumed
-    provenance = {"config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
-              "base_model": file_digest(Path(spec.base_model) / "model.safetensors"),
-              "base_build": file_digest(Path(spec.base_model) / "base.json")
-              if (Path(spec.base_model) / "base.json").is_file() else None,
-              "data": file_digest(Path(spec.data_dir) / "train.parquet")}
+    base = Path(spec.base_model)
+    provenance = {
+        "config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
+        "base_model": file_digest(base / "model.safetensors"),
+        "base_build": file_digest(base / "base.json") if (base / "base.json").is_file() else None,
+        "data": file_digest(Path(spec.data_dir) / "train.parquet"),
+    }
     latest, state = ckpt.resumable_checkpoint(ckpt_root, provenance)
     if latest is not None:
         policy, _ = load_pretrained(latest / "model")
@@ -152,7 +146,9 @@ def train_local(spec: RunSpec) -> dict:
         rollout_rows = [rows[i] for i in picked for _ in range(n)]
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
         group_ids = np.repeat(np.arange(len(picked)), n)
-        scores, subs, channels, failures = score_rollouts(task, rollout_rows, texts)
+        results = score_rollouts(rollout_rows, texts)
+        scores = np.array([float(r["score"]) for r in results])
+        subs = [as_matrix(r["sub_scores"]) for r in results]
         seqs = pack_rollouts([prompt_ids[i] for i in picked for _ in range(n)], responses, tokenizer.pad_token_id)
         input_ids, attention, positions, mask, width_p = seqs
         advantages, diagnostics = advantage_for_method(
@@ -193,14 +189,14 @@ def train_local(spec: RunSpec) -> dict:
             "step": step,
             "score_mean": float(scores.mean()),
             "score_max": float(scores.max()),
-            **{f"reward/{name}": float(channels[:, j].mean()) for j, name in enumerate(task.objective_names)},
-            "acc": float(np.mean([task.is_correct(c) for c in channels])),
+            **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in task.objective_names},
+            "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
             "pool_diversity": group_pool_diversity(subs, group_ids),
             "advantage/max": float(np.max(advantages)),
             "advantage/min": float(np.min(advantages)),
             "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
             **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
-            "parse_failure_rate": float(failures.mean()),
+            "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
             "response_length_mean": float(mask.sum(1).mean()),
             **{key: float(np.mean(values)) for key, values in stats.items()},
             "generation_s": round(t_gen, 4),
