@@ -1,0 +1,190 @@
+"""Hostile programs against vpo.sandbox: every one is contained within its timeout + 1 s, and the
+test process, its files, its environment, its network ports and the machine's process table are
+untouched afterwards."""
+
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import sys
+import tempfile
+import time
+
+import pytest
+
+from vpo.sandbox import STDOUT_LIMIT, Program, run_program, run_programs
+
+TIMEOUT = 1.0
+MARK = "31.4159"  # argv of the detached grandchild, to find it in the process table
+
+
+def processes() -> dict[int, str]:
+    """pid -> command line of every process on the machine."""
+    found = {}
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as fh:
+                found[int(path.split("/")[2])] = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    return found
+
+
+def sandbox_uids_alive() -> list[int]:
+    """Pids running under a sandbox uid (1e9 and above)."""
+    alive = []
+    for path in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(path) as fh:
+                uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if uid >= 1_000_000_000:
+            alive.append(int(path.split("/")[2]))
+    return alive
+
+
+def run(code: str, isolation: str = "auto", **kw):
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "vpo-sandbox-*")))
+    result = run_program(code, timeout_s=TIMEOUT, isolation=isolation, **kw)
+    assert result.wall_s <= TIMEOUT + 1.0, (result.status, result.wall_s)
+    time.sleep(0.05)
+    assert not [p for p, cmd in processes().items() if MARK in cmd], "a program's process outlived its run"
+    assert not sandbox_uids_alive(), "a process under a sandbox uid outlived its run"
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "vpo-sandbox-*"))) <= before, "job directory left behind"
+    return result
+
+
+def test_plain_program_reads_stdin_and_writes_stdout():
+    result = run_program("import sys\nprint(sum(map(int, sys.stdin.read().split())))", "1 2 3\n", timeout_s=TIMEOUT)
+    assert (result.status, result.stdout, result.returncode) == ("ok", "6\n", 0)
+
+
+def test_exit_codes_and_exceptions_are_errors():
+    assert run("raise ValueError('x')").status == "error"
+    assert run("import sys; sys.exit(3)").returncode == 3
+    assert run("import sys; sys.exit(0)").status == "ok"
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_infinite_loop_and_sleep_time_out(isolation):
+    for code in ("while True:\n    pass", "import time\ntime.sleep(100)"):
+        result = run(code, isolation)
+        assert result.status == "timeout" and result.wall_s >= TIMEOUT - 0.05
+
+
+def test_fork_bomb_is_contained():
+    before = len(processes())
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    assert run(code).status in ("timeout", "killed")
+    time.sleep(0.2)
+    assert len(processes()) <= before + 5
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_memory_bomb_hits_the_address_space_limit(isolation):
+    assert run("x = bytearray(64 << 30)", isolation, memory_mb=512).status == "memory"
+    assert run("a = []\nwhile True:\n    a.append(' ' * 10**7)", isolation, memory_mb=512).status == "memory"
+
+
+def test_no_network_to_the_callers_ports():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.setblocking(False)
+    port = server.getsockname()[1]
+    code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "s.sendall(b'leak')\nprint('connected')")
+    try:
+        result = run(code)
+        assert result.status == "error" and "connected" not in result.stdout
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    finally:
+        server.close()
+
+
+def test_writes_outside_the_working_directory_do_not_land(tmp_path):
+    targets = [tmp_path / "pwned", os.path.join(tempfile.gettempdir(), f"vpo-pwned-{os.getpid()}"),
+               os.path.join(os.path.dirname(__file__), "pwned.txt"), "/var/tmp/vpo-pwned", "/dev/shm/vpo-pwned"]
+    code = "\n".join(f"try:\n    open({str(t)!r}, 'w').write('x')\nexcept OSError as e:\n    print('refused', e)"
+                     for t in targets)
+    code += "\nopen('inside.txt', 'w').write('fine')\nprint(open('inside.txt').read())"
+    result = run(code)
+    assert result.status == "ok" and result.stdout.strip().endswith("fine")
+    assert not [t for t in targets if os.path.exists(t)]
+
+
+def test_callers_environment_is_not_visible(monkeypatch):
+    monkeypatch.setenv("VPO_TEST_SECRET", "hunter2-secret")
+    code = ("import os\nprint(dict(os.environ))\n"
+            f"for pid in ('self', '1', {os.getpid()!r}, str(os.getppid())):\n"
+            "    try:\n        print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+            "    except OSError as e:\n        print('refused', e)")
+    result = run(code)
+    assert result.status == "ok" and "hunter2" not in result.stdout + result.stderr
+
+
+def test_killing_the_parent_and_everyone_else_fails():
+    me = os.getpid()
+    code = ("import os, signal\n"
+            f"for pid in [os.getppid(), {me}, {os.getppid()}] + [int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
+            "    if pid != os.getpid():\n"
+            "        try:\n            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n"
+            "print('tried')")
+    result = run(code)
+    assert result.status == "ok" and "tried" in result.stdout
+    assert os.getpid() == me  # still here
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_stdout_flood_is_capped_and_stopped(isolation):
+    result = run("while True:\n    print('x' * 4096)", isolation)
+    assert result.status == "killed" and len(result.stdout.encode()) <= STDOUT_LIMIT
+    assert result.wall_s < TIMEOUT
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_recursion_bomb_and_segfault_are_errors(isolation):
+    deep = "import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return f(n + 1)\nf(0)"
+    assert run(deep, isolation).status in ("error", "memory", "timeout")  # 3.11 frames live on the heap
+    crashed = run("import ctypes\nctypes.string_at(0)", isolation)
+    assert crashed.status == "error" and crashed.signal == 11
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_detached_grandchild_dies_with_the_run(isolation):
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+            "    os._exit(0)\n"
+            "time.sleep(0.3)\nprint('parent done')")
+    assert run(code, isolation).status == "ok"
+
+
+def test_detached_grandchild_dies_when_the_run_times_out():
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n"
+            f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+            "time.sleep(100)")
+    assert run(code).status == "timeout"
+    assert run(code, "none").status == "timeout"
+
+
+def test_the_machine_allows_full_isolation_here():
+    """This machine (root in a container) has namespaces; a regression in setting them up must show."""
+    result = run("import os\nprint(os.getpid(), os.getuid())")
+    if sys.platform != "linux":
+        pytest.skip("namespaces are Linux only")
+    assert result.isolation.startswith("namespaces"), result.stderr
+    pid, uid = map(int, result.stdout.split())
+    assert pid == 1 and (os.geteuid() != 0 or uid >= 1_000_000_000)
+
+
+def test_batch_runs_in_order_with_workers():
+    programs = [Program(f"print({i} * {i})", timeout_s=TIMEOUT) for i in range(6)]
+    results = run_programs(programs, workers=2)
+    assert [r.stdout.strip() for r in results] == [str(i * i) for i in range(6)]
