@@ -24,7 +24,7 @@ from vpo.advantage import (
 )
 from vpo.methods import METHODS
 from vpo.vpo_scores import vpo_raw_scores
-from vpo.reward import multi_rlvr_scalar, weighted_scalar
+from vpo.reward import weighted_scalar
 from vpo.weights import draw_group_weights
 
 
@@ -286,8 +286,6 @@ def test_max_at_k_mixed_group_sizes_and_ties():
 
 
 def test_scalarisations():
-    assert multi_rlvr_scalar([[1, 0, 1, 0], [0.5, 0.5, 0.5, 0.5]], [0.25] * 4) == pytest.approx(0.5 + 0.5)
-    assert multi_rlvr_scalar("[]", [0.25] * 4) == 0.0
     assert weighted_scalar([1, 0, 0.5], [0.2, 0.3, 0.5]) == pytest.approx(0.45)
 
 

@@ -6,7 +6,7 @@ k counts candidates, not generations). Every candidate is scored to its k-vector
 fixed scalar (the GRPO training scalar). Writes
 
 - `<out>.parquet`: one row per candidate (problem, prompt, chain, slot, text, one column per
-  objective, scalar, parsed, correct), and
+  objective (padded with zeros past the problem's own k), k, scalar, parsed, correct), and
 - `<out>.json`: pool metrics recomputed from that frame alone by `pool_metrics`.
 """
 
@@ -64,12 +64,13 @@ def candidate_frame(task, rows: list[dict], chains: list[list[str]], m: int):
             result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
             matrix = as_matrix(result["sub_scores"])
             answers = task.split_answers(text, m)
+            k = matrix.shape[1] if matrix.size else task.k  # the problem's own k (variable_k tasks)
             for slot in range(m):
-                vector = matrix[slot] if slot < len(matrix) else np.zeros(task.k)
+                vector = matrix[slot] if slot < len(matrix) else np.zeros(k)
                 records.append({
                     "problem": int(row.get("extra_info", {}).get("index", p)), "prompt": prompt, "chain": c,
                     "slot": slot, "text": answers[slot] if slot < len(answers) else "", "response": text,
-                    **{name: float(vector[j]) for j, name in enumerate(names)},
+                    **dict(zip(names, task.pad(vector))), "k": k,
                     "scalar": task.scalar(vector), "parsed": slot < len(answers),
                     "correct": bool(task.is_correct(vector)),
                 })
@@ -83,7 +84,7 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
 
     names = task.objective_names
     rng = np.random.default_rng([eval_seed, 2])
-    weights = sample_weights(task.k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))
+    weights = {}  # per k: the same draws for every problem of that k (variable_k tasks: one set per test count)
     pass_k, best_k, perm_k, divs, ebm = [], [], [], [], []
     for _, pool in frame.sort_values(["problem", "chain", "slot"]).groupby("problem", sort=True):
         if len(pool) != budget:
@@ -93,9 +94,12 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
         pass_k.append([pass_at_k(budget, correct, k) for k in range(1, budget + 1)])
         best_k.append([best_at_k(scalars, k) for k in range(1, budget + 1)])
         perm_k.append(np.maximum.accumulate(scalars[rng.permutation(budget)]))
-        vectors = pool[names].to_numpy(float)
-        divs.append(diversity(vectors))
-        ebm.extend(expected_best_of_m(chain[names].to_numpy(float), weights) for _, chain in pool.groupby("chain"))
+        k = int(pool["k"].iloc[0]) if "k" in pool else task.k
+        own = names[:k]
+        if k not in weights:
+            weights[k] = sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))
+        divs.append(diversity(pool[own].to_numpy(float)))
+        ebm.extend(expected_best_of_m(chain[own].to_numpy(float), weights[k]) for _, chain in pool.groupby("chain"))
     chains = frame.groupby(["problem", "chain"])["parsed"].any()
     return {
         "n_problems": int(frame["problem"].nunique()),

@@ -4,9 +4,9 @@
 task and picks the mode per row:
 
 - multi-answer when `extra_info["num_solutions"]` (m) > 1: the task's (m, k) matrix; `score` is the
-  Multi-RLVR scalar (sum over the m rows of the task scalar);
+  Multi-RLVR scalar (sum over the rows of the task scalar);
 - goal-conditioned (or hidden random weights) when `ground_truth["weights"]` is present:
-  `score = w . channels` of the single answer;
+  `score = w . channels` of the single answer (padded to k for variable-k tasks);
 - otherwise single-answer: `score` is the task's fixed scalar.
 
 A row asking for both m > 1 and weights is a configuration error and raises. Model text never
@@ -15,9 +15,11 @@ raises: unparseable output scores zero.
 Returned keys (identical for every row of a task, whatever the mode):
     score        float, the method's scalar (above)
     sub_scores   JSON text of the (m, k) matrix (m = 1 outside multi-answer mode); JSON because k
-                 varies per problem for some tasks and veRL's reward_extra_info must stay 1-D
+                 varies per problem for some tasks (lcb: one channel per test) and veRL's
+                 reward_extra_info must stay 1-D
     <objective>  one float per objective: the best row's values (best by the task scalar; first on
-                 ties), i.e. the single answer's values outside multi-answer mode
+                 ties), i.e. the single answer's values outside multi-answer mode; padded with
+                 zeros to the task's k
     acc          1.0 if some answer is solved (`Task.is_correct`), else 0.0
     num_answers  distinct parsed answers (0 = parse failure)
 """
@@ -29,19 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from vpo.rollouts import as_matrix
 from vpo.task import Task, resolve
-
-
-def multi_rlvr_scalar(sub_scores: Any, scalar_weights: Any) -> float:
-    """Multi-RLVR reward: the task scalar (scalar_weights . r) summed over the rollout's answers.
-
-    sub_scores: (m, k) (JSON text accepted; empty = 0);  scalar_weights: (k,) the task's scalar weights.
-    """
-    mat = as_matrix(sub_scores)
-    if mat.size == 0:
-        return 0.0
-    return float((mat @ np.asarray(scalar_weights, dtype=np.float64)).sum())
 
 
 def weighted_scalar(channels: Any, weights: Any) -> float:
@@ -87,13 +77,13 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
     scalars = [task.scalar(row) for row in matrix]
     best = int(np.argmax(scalars))
     if m > 1:
-        score = multi_rlvr_scalar(matrix, task.scalar_weights)
+        score = float(sum(scalars))  # Multi-RLVR
     elif weights is not None:
-        score = weighted_scalar(matrix[0], weights)
+        score = weighted_scalar(task.pad(matrix[0]), weights)
     else:
         score = scalars[0]
     result: dict[str, Any] = {"score": score, "sub_scores": json.dumps(matrix)}
-    result.update({name: float(v) for name, v in zip(task.objective_names, matrix[best])})
+    result.update({name: float(v) for name, v in zip(task.objective_names, task.pad(matrix[best]))})
     result["acc"] = float(any(task.is_correct(row) for row in matrix))
     result["num_answers"] = float(num_answers)
     return result

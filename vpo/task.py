@@ -38,6 +38,8 @@ class Task:
         default_m:       answers per rollout for multi-answer methods.
         single_format_line: the exact output-format sentence of the single-answer prompt; the
                          multi-answer rewrite replaces it and fails loudly when it is missing.
+        variable_k:      rows may be shorter than k (lcb: one channel per test case of the problem);
+                         `pad` lengthens them with zeros where a fixed k is needed (GDPO, weights).
     """
 
     name: str = ""
@@ -46,6 +48,7 @@ class Task:
     scalar_weights: tuple[float, ...] = ()
     default_m: int = 3
     single_format_line: str = ""
+    variable_k: bool = False
 
     # ---- properties every task gets ---------------------------------------------------------
     @property
@@ -60,6 +63,10 @@ class Task:
     def scalar(self, vector: Sequence[float]) -> float:
         """The fixed GRPO scalar of one answer's k-vector."""
         return float(np.dot(np.asarray(self.scalar_weights, dtype=float), np.asarray(vector, dtype=float)))
+
+    def pad(self, vector: Sequence[float]) -> list[float]:
+        """A row as k floats: a shorter row (variable_k tasks) gets zeros appended."""
+        return [float(v) for v in vector] + [0.0] * (self.k - len(vector))
 
     def is_correct(self, vector: Sequence[float]) -> bool:
         """Whether one answer counts as solved (pass@k, `acc`). Default: every dimension is 1."""
@@ -113,7 +120,7 @@ class Task:
     def _clean(self, vector: Sequence[float]) -> list[float]:
         """Force k finite values in [0, 1] (a scorer bug must not leak NaN into training)."""
         values = [float(v) for v in vector]
-        if len(values) != self.k:
+        if len(values) != self.k and not (self.variable_k and 0 < len(values) <= self.k):
             raise ValueError(f"task {self.name!r}: scorer returned {len(values)} values, expected k={self.k}")
         return [min(1.0, max(0.0, v)) if np.isfinite(v) else 0.0 for v in values]
 

@@ -1,0 +1,226 @@
+"""lcb: the fixture records L1-L4 of tasks.md 5.5 (raw code_generation_lite jsonl, both test
+encodings, both test types), the restricted unpickler, code extraction and the per-test reward."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import zlib
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vpo.reward import compute_score
+from vpo_tasks import lcb
+from vpo_tasks.lcb import LCB, UndecodableTests, decode_tests
+from vpo_tasks.lcb_grading import extract_code, fingerprint, split_solutions, stdout_matches
+
+FIXTURE = Path(__file__).parent / "fixtures" / "lcb"
+# L3's 20 tests are x -> 2x for these x; by size (len(input) + len(output)), ties in file order, the
+# 16 smallest are these indices (sizes 4,4,4,4,4,5,5,5,5,6,7,7,9,10,12,13; dropped: 14,16,19,20).
+L3_X = [1, 50, 3, 12345, 7, 999, 4, 123456789, 60, 2, 100000, 9, 31, 4444, 55555, 8, 1234567, 0, 77777777, 6]
+L3_KEPT = [0, 2, 6, 9, 17, 4, 11, 15, 19, 12, 1, 8, 5, 13, 3, 14]
+
+
+def encode(value) -> str:
+    return base64.b64encode(zlib.compress(pickle.dumps(value))).decode()
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lcb")
+    LCB.preprocess(str(out), {"path": str(FIXTURE)})
+    return {name: pd.read_parquet(out / f"{name}.parquet") for name in ("train", "test")}
+
+
+def truth_of(frame, task_id, **override):
+    row = frame[frame["extra_info"].map(lambda e: e["task_id"]) == task_id].iloc[0]
+    truth = {k: (list(v) if hasattr(v, "tolist") else v) for k, v in row["reward_model"]["ground_truth"].items()}
+    truth.update(override)
+    return truth
+
+
+def test_fixture_splits(splits):
+    train, test = splits["train"], splits["test"]
+    assert [e["task_id"] for e in train["extra_info"]] == ["2030A"]
+    assert [e["task_id"] for e in test["extra_info"]] == ["lc-add-k", "abc400_a"]
+    counts = {e["task_id"]: (e["num_test_cases"], e["num_test_cases_original"], e["testtype"], e["platform"])
+              for e in [*train["extra_info"], *test["extra_info"]]}
+    assert counts == {"2030A": (16, 20, "stdin", "codeforces"), "lc-add-k": (3, 3, "functional", "leetcode"),
+                      "abc400_a": (1, 2, "stdin", "atcoder")}
+    l3 = truth_of(train, "2030A")
+    assert l3["inputs"] == [f"{L3_X[i]}\n" for i in L3_KEPT]
+    assert l3["outputs"] == [f"{2 * L3_X[i]}\n" for i in L3_KEPT]
+    l1 = truth_of(test, "lc-add-k")
+    assert (l1["testtype"], l1["fn_name"], l1["compare"]) == ("functional", "addK", "official")
+    assert truth_of(test, "abc400_a")["inputs"] == ["3\n1 2 3\n"]  # the 9,000-character test is dropped
+
+
+def test_prompts_drop_self_and_ask_for_one_block(splits):
+    prompt = splits["test"]["prompt"].iloc[0][0]["content"]
+    assert "def addK(nums: List[int], k: int) -> List[int]:" in prompt and "self" not in prompt
+    assert prompt.endswith(lcb.FORMAT_LINE)
+    from vpo.prompts import rewrite_prompt
+    multi = rewrite_prompt([{"role": "user", "content": prompt}], mode="multi", m=3, task=LCB)[0]["content"]
+    assert "3 different solutions" in multi and lcb.FORMAT_LINE not in multi
+
+
+def test_cap_is_stable_and_configurable(tmp_path):
+    LCB.preprocess(str(tmp_path), {"path": str(FIXTURE), "max_tests": 5})
+    truth = pd.read_parquet(tmp_path / "train.parquet")["reward_model"].iloc[0]["ground_truth"]
+    assert list(truth["inputs"]) == [f"{L3_X[i]}\n" for i in L3_KEPT[:5]]
+    with pytest.raises(ValueError, match="max_tests"):
+        LCB.preprocess(str(tmp_path), {"path": str(FIXTURE), "max_tests": 17})
+
+
+def test_contest_date_as_datetime(tmp_path, monkeypatch):
+    records = [json.loads(line) for f in sorted(FIXTURE.glob("test*.jsonl")) for line in f.read_text().splitlines()]
+    for record in records:
+        record["contest_date"] = datetime.fromisoformat(record["contest_date"])  # the generic builder's timestamp
+    monkeypatch.setattr(lcb, "load_raw", lambda settings: records)
+    LCB.preprocess(str(tmp_path), {})
+    assert [e["task_id"] for e in pd.read_parquet(tmp_path / "test.parquet")["extra_info"]] == ["lc-add-k", "abc400_a"]
+
+
+# ---- decoding private tests ------------------------------------------------------------------
+def test_both_encodings_decode():
+    tests = [{"input": "1\n", "output": "2\n", "testtype": "stdin"}]
+    assert decode_tests(json.dumps(tests)) == tests
+    assert decode_tests(encode(json.dumps(tests))) == tests
+
+
+class Exploit:
+    def __init__(self, canary):
+        self.canary = canary
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.canary}",))
+
+
+def test_malicious_pickle_never_runs(tmp_path, capsys):
+    canary = tmp_path / "canary"
+    blob = encode(Exploit(canary))
+    assert not canary.exists()
+    with pytest.raises(UndecodableTests, match="only plain data"):
+        decode_tests(blob)
+    for sneaky in (encode({"input": {1, 2}}), encode([Exploit(canary)]), "not base64 !!"):
+        with pytest.raises(UndecodableTests):
+            decode_tests(sneaky)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    records = [json.loads(line) for line in (FIXTURE / "test.jsonl").read_text().splitlines()]
+    records[0]["private_test_cases"] = blob
+    (raw / "test.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    LCB.preprocess(str(tmp_path / "out"), {"path": str(raw)})
+    err = capsys.readouterr().err
+    assert "dropped 'lc-add-k'" in err and "'undecodable': 1" in err
+    assert [e["task_id"] for e in pd.read_parquet(tmp_path / "out" / "test.parquet")["extra_info"]] == ["abc400_a"]
+    assert not canary.exists()
+
+
+# ---- scoring (tasks.md 5.5, with this project's conventions) ----------------------------------
+L1_SOLUTIONS = {
+    "bare function with its import": ("from typing import List\ndef addK(nums, k):\n    return [x + k for x in nums]", [1, 1, 1]),
+    "tuple result": ("def addK(nums, k):\n    return tuple(x + k for x in nums)", [1, 1, 1]),
+    "Solution class": ("class Solution:\n    def addK(self, nums, k):\n        return [x + k for x in nums]", [1, 1, 1]),
+    "List annotation, no import": ("def addK(nums: List[int], k: int) -> List[int]:\n    return [x + k for x in nums]", [1, 1, 1]),
+    # kept tests by size: ([0], 5), ([-1, 4], 1), ([1, 2, 3], 2)
+    "fails only k = 5": ("def addK(nums, k):\n    return [] if k == 5 else [x + k for x in nums]", [0, 1, 1]),
+    "prints instead": ("def addK(nums, k):\n    print([x + k for x in nums])", [0, 0, 0]),
+    "wrong name": ("def add_k(nums, k):\n    return [x + k for x in nums]", [0, 0, 0]),
+    "syntax error": ("def addK(nums, k)\n    return nums", [0, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(L1_SOLUTIONS))
+def test_functional_scores(splits, case):
+    code, expected = L1_SOLUTIONS[case]
+    assert LCB.score_answer(f"Here:\n```python\n{code}\n```", truth_of(splits["test"], "lc-add-k")) == expected
+
+
+L2_SOLUTIONS = {
+    "input()": ("input()\nprint(sum(map(int, input().split())))", 1, 1),
+    "open(0)": ("print(sum(map(int, open(0).read().split()[1:])))", 1, 1),
+    "sys.stdin.buffer": ("import sys\nprint(sum(map(int, sys.stdin.buffer.read().split()[1:])))", 1, 1),
+    "trailing space": ("input()\nprint(str(sum(map(int, input().split()))) + ' ')", 1, 1),
+    "6.0": ("input()\nprint(float(sum(map(int, input().split()))))", 1, 0),
+    "main guard and sys.exit": ("import sys\ndef main():\n    input()\n    print(6)\n    sys.exit(0)\nif __name__ == '__main__':\n    main()", 1, 1),
+    "wrong": ("print(5)", 0, 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(L2_SOLUTIONS))
+def test_stdin_scores_under_both_rules(splits, case):
+    code, official, exact = L2_SOLUTIONS[case]
+    for rule, expected in (("official", official), ("exact", exact)):
+        truth = truth_of(splits["test"], "abc400_a", compare=rule)
+        assert LCB.score_answer(f"```python\n{code}\n```", truth) == [expected], rule
+
+
+def test_infinite_loop_scores_zero_after_the_timeout(splits):
+    truth = truth_of(splits["test"], "abc400_a", timeout_s=1.0)
+    assert LCB.score_answer("```python\nwhile True:\n    pass\n```", truth) == [0]
+
+
+def test_sixteen_tests_each_run(splits):
+    truth = truth_of(splits["train"], "2030A")
+    assert LCB.score_answer("```python\nprint(2 * int(input()))\n```", truth) == [1.0] * 16
+    half = "```python\nx = int(input())\nprint(2 * x if x < 100 else 0)\n```"
+    assert LCB.score_answer(half, truth) == [float(L3_X[i] < 100) for i in L3_KEPT]
+
+
+def test_stdout_rules():
+    assert stdout_matches("6\n\n", "6\n", "exact") and not stdout_matches(" 6", "6", "exact")
+    assert stdout_matches(" 6 \r\n", "6", "official") and stdout_matches("1.50 2", "1.5 2.0", "official")
+    assert not stdout_matches("6\n7", "6", "official") and not stdout_matches("abc", "abd", "official")
+
+
+# ---- reading answers (tasks.md 5.4) ------------------------------------------------------------
+def test_code_extraction_rules():
+    assert extract_code("a\n```python\nx = 1\n```\n```python\ny = 2\n```") == "x = 1"
+    assert extract_code("```python3\nx = 1\n```") == "3\nx = 1"
+    assert extract_code("text\n```python\nx = 1\n") == "x = 1"
+    assert extract_code("```py\nx = 1\n```") == "x = 1"  # info string dropped (deliberate deviation)
+    assert extract_code("  x = 1  ") == "x = 1"
+
+
+def test_multi_solution_split_rules():
+    two = "```python\na = 1\n```\nand\n```python\nb = 2\n```"
+    assert [extract_code(s) for s in split_solutions(two, 3)] == ["a = 1", "b = 2"]
+    assert split_solutions("A\n  ---\t\r\nB\n---\n\nC\n---\nD", 3) == ["A", "B", "C"]
+    assert split_solutions("A --- B\n----\nC", 3) == ["A --- B\n----\nC"]  # inline and four dashes do not split
+    lone = "```python\na = 1\n```"
+    assert split_solutions(f"intro\n{lone}", 3) == [lone]
+    assert split_solutions("```python\na = 1\n---\nb = 2\n```", 3) == ["```python\na = 1", "b = 2\n```"]
+
+
+def test_ast_dedup_and_multi_answer_reward(splits):
+    assert fingerprint("x = 1  # one\n\n") == fingerprint("x=1")
+    assert fingerprint("x = 1") != fingerprint("y = 1")
+    truth = truth_of(splits["test"], "lc-add-k")
+    good = "def addK(nums, k):\n    return [x + k for x in nums]"
+    same = "def addK(nums, k):  # the same program\n\n    return [x + k for x in nums]"
+    bad = "def addK(nums, k):\n    return [] if k == 5 else [x + k for x in nums]"
+    text = "\n---\n".join(f"```python\n{c}\n```" for c in (good, same, bad))
+    result = compute_score("lcb", text, truth, {"num_solutions": 3})
+    assert json.loads(result["sub_scores"]) == [[1, 1, 1], [0, 1, 1]]
+    assert result["num_answers"] == 2 and result["acc"] == 1.0
+    assert result["score"] == pytest.approx(1 + 2 / 3)  # Multi-RLVR: the fractions passed, summed
+    assert [result[f"tc_{i}"] for i in range(16)] == [1, 1, 1] + [0] * 13  # padded to 16 channels
+    prose = compute_score("lcb", "no code here", truth, {"num_solutions": 3})  # the whole text is the program
+    assert json.loads(prose["sub_scores"]) == [[0, 0, 0]] and prose["num_answers"] == 1
+    empty = compute_score("lcb", "\n---\n  \n---\n", truth, {"num_solutions": 3})
+    assert json.loads(empty["sub_scores"]) == [[0, 0, 0]] and empty["num_answers"] == 0
+
+
+def test_single_answer_and_weighted_rewards(splits):
+    truth = truth_of(splits["test"], "lc-add-k")
+    code = "```python\ndef addK(nums, k):\n    return [] if k == 5 else [x + k for x in nums]\n```"
+    single = compute_score("lcb", code, truth)
+    assert single["score"] == pytest.approx(2 / 3) and single["acc"] == 0.0
+    weights = [0.5, 0.5] + [0.0] * 14
+    assert compute_score("lcb", code, {**truth, "weights": weights})["score"] == pytest.approx(0.5)
