@@ -228,7 +228,8 @@ def test_entry_point_registers_in_a_fresh_process():
     assert "['vpo', 'vpo_single', 'maxrl', 'max_at_k', 'multi_rlvr', 'gdpo_v1'] VPOTrainerSync" in result.stdout
 
 
-@pytest.mark.parametrize("task, method", [("maze", "vpo"), ("musique", "multi_rlvr"), ("tool", "goal_cond")])
+@pytest.mark.parametrize("task, method", [("maze", "vpo"), ("musique", "multi_rlvr"), ("tool", "goal_cond"),
+                                          ("lcb", "vpo"), ("lcb", "multi_rlvr")])
 def test_printed_command_of_each_task_composes(paper_cfg, launcher, tmp_path, capsys, task, method):
     """The printed command of a paper cell of every other task, run with --cfg job."""
     import shlex
