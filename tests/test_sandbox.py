@@ -5,11 +5,13 @@ untouched afterwards."""
 from __future__ import annotations
 
 import glob
+import subprocess
 import os
 import socket
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +191,31 @@ def test_batch_runs_in_order_with_workers():
     programs = [Program(f"print({i} * {i})", timeout_s=TIMEOUT) for i in range(6)]
     results = run_programs(programs, workers=2)
     assert [r.stdout.strip() for r in results] == [str(i * i) for i in range(6)]
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root (to become an unprivileged user) and a system Python others can run")
+def test_an_unprivileged_caller_gets_a_user_namespace(tmp_path):
+    """The path of a cluster node without privileges: the caller is not root, so the helper enters
+    a new user namespace; the program is PID 1, cannot write, has no network and no capabilities."""
+    script = tmp_path / "check.py"
+    script.write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+        "from vpo.sandbox import run_program\n"
+        "code = ('import os, socket\\n'\n"
+        "        'print(os.getpid())\\n'\n"
+        "        'for act in (lambda: open(\"/tmp/x\", \"w\"), lambda: socket.create_connection((\"127.0.0.1\", 22), 1)):\\n'\n"
+        "        '    try:\\n        act(); print(\"allowed\")\\n    except OSError:\\n        print(\"refused\")\\n'\n"
+        "        'print(os.system(\"mount -o remount,rw / 2>/dev/null\") != 0)\\n')\n"
+        "r = run_program(code, timeout_s=5)\n"
+        "print(r.isolation, r.status, r.stdout.split())\n")
+    script.chmod(0o755)
+    tmp_path.chmod(0o755)
+    out = subprocess.run([SYSTEM_PYTHON, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == "namespaces ok ['1', 'refused', 'refused', 'True']", out.stdout + out.stderr
