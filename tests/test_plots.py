@@ -42,7 +42,8 @@ def test_curve_figure_has_a_panel_per_task_and_a_band_per_method(tmp_path):
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in axes] == ["Maze", "ToolRL"]
     for ax in axes:
-        assert ax.get_xlabel() == "candidates k" and ax.get_ylabel().startswith("best@k")
+        assert ax.get_xlabel() == "candidates k (log2 scale)" and ax.get_ylabel().startswith("best@k")
+        assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [1, 2, 4, 6]
         assert [line.get_label() for line in ax.get_lines()] == ["GRPO", "Multi-RLVR", "VPO"]
         assert sum(isinstance(c, PolyCollection) for c in ax.collections) == len(METHODS)
         assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5, 6]
@@ -83,15 +84,19 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
     assert out.exists()
     ax = fig.axes[0]
     assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "pool diversity (pairwise L1)"
-    # two seeds are too few for a band: per method the mean line, then one thin line per seed
+    # two seeds are too few for a band: per method the per-step dots, the smoothed mean line, then
+    # one thin smoothed line per seed. A centred 5-step window over steps 1..4 averages steps
+    # (1-3), (1-4), (1-4), (2-4): a linear curve s becomes 2, 2.5, 2.5, 3.
     lines = ax.get_lines()
-    assert len(lines) == 3 * 3 and sum(isinstance(c, PolyCollection) for c in ax.collections) == 0
-    vpo_mean, vpo_seed0, vpo_seed1 = lines[6:9]
+    assert len(lines) == 3 * 4 and sum(isinstance(c, PolyCollection) for c in ax.collections) == 0
+    vpo_dots, vpo_mean, vpo_seed0, vpo_seed1 = lines[8:12]
+    assert list(vpo_dots.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in range(1, 5)])
     assert list(vpo_mean.get_xdata()) == [1, 2, 3, 4]
-    assert list(vpo_mean.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in range(1, 5)])
-    assert list(vpo_seed0.get_ydata()) == pytest.approx([0.3 * s for s in range(1, 5)])
-    assert list(vpo_seed1.get_ydata()) == pytest.approx([0.3 * s + 0.01 for s in range(1, 5)])
-    assert "thin: each seed" in fig._suptitle.get_text()
+    smoothed = [2, 2.5, 2.5, 3]
+    assert list(vpo_mean.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in smoothed])
+    assert list(vpo_seed0.get_ydata()) == pytest.approx([0.3 * s for s in smoothed])
+    assert list(vpo_seed1.get_ydata()) == pytest.approx([0.3 * s + 0.01 for s in smoothed])
+    assert "thin: each seed" in fig._suptitle.get_text() and "moving average over 5 steps" in " ".join(fig._suptitle.get_text().split())
     fig = plot_diversity(aggregate_training(markers), METHODS, ["maze"], out, scale="cpu preset: tiny model")
     assert "cpu preset: tiny model" in fig._suptitle.get_text()
 

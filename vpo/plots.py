@@ -25,6 +25,7 @@ from vpo.atomic import atomic_file
 from vpo.tables import method_label, task_label
 
 METHOD_ORDER = ["grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"]
+SMOOTH_STEPS = 5  # moving-average window of the diversity-over-training lines
 METRIC_LABELS = {"pass_at_k": "pass@k", "best_at_k": "best@k (task scalar)", "best_at_k_perm": "best@k (one permutation)"}
 
 
@@ -67,6 +68,17 @@ def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None, se
         ax.fill_between(x, mean - stderr, mean + stderr, color=color, alpha=0.2, lw=0)
 
 
+def smooth(values: np.ndarray, window: int | None = None) -> np.ndarray:
+    """Centred moving average over `window` steps (SMOOTH_STEPS), shorter at the ends."""
+    return pd.Series(np.asarray(values, dtype=float)).rolling(window or SMOOTH_STEPS, center=True, min_periods=1).mean().to_numpy()
+
+
+def finish_default_note(n_seeds: set[int]) -> str:
+    seeds = "/".join(str(n) for n in sorted(n_seeds))
+    band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
+    return f"mean over {seeds} training seed{'' if n_seeds == {1} else 's'}; {band}"
+
+
 def seed_note(n_seeds: set[int], *, per_seed_lines: bool) -> str | None:
     """The suptitle's second line when seeds are drawn one by one (None: finish's default)."""
     if not per_seed_lines or max(n_seeds) >= MIN_SEEDS_FOR_BAND or max(n_seeds) < 2:
@@ -88,10 +100,7 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
     ncol = min(len(labels), 2 * min(len(axes), 3))  # two legend entries fit under each panel
     legend_rows = math.ceil(len(labels) / ncol)
     fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
-    seeds = "/".join(str(n) for n in sorted(n_seeds))
-    band = "band: ±1 standard error" if max(n_seeds) > 1 else "one seed: no error band"
-    plural = "" if n_seeds == {1} else "s"
-    note = textwrap.fill(note or f"mean over {seeds} training seed{plural}; {band}", width=55 * min(len(axes), 3))
+    note = textwrap.fill(note or finish_default_note(n_seeds), width=55 * min(len(axes), 3))
     width = 55 * min(len(axes), 3)
     scale_line = textwrap.fill(scale, width=width) + "\n" if scale else ""
     fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=10)
@@ -127,8 +136,14 @@ def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: l
                          for _, g in mine.groupby("train_seed")]
             draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
                       marker="o" if len(rows) <= 12 else None, seeds=seeds)
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_title(task_label(task))
-        ax.set_xlabel("candidates k")
+        budget = int(summary[(summary.task == task) & (summary.metric == metric)].k.max())
+        ax.set_xscale("log", base=2)  # pass@k and best@k change most at small k
+        ax.set_xticks([2 ** i for i in range(int(math.log2(budget)) + 1)] + ([budget] if budget & (budget - 1) else []))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("candidates k (log2 scale)")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.grid(alpha=0.3)
     finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
@@ -151,16 +166,18 @@ def plot_diversity(curves: pd.DataFrame, methods: list[str], tasks: list[str], o
                 raise ValueError(f"no training curve for task={task} method={method}; is pool_diversity logged?")
             n_seeds.add(int(rows.n_seeds.max()))
             mine = curves[(curves.task == task) & (curves.method == method)]
-            seeds = [(g.sort_values("step").step.to_numpy(), g.sort_values("step").pool_diversity.to_numpy())
+            seeds = [(g.sort_values("step").step.to_numpy(), smooth(g.sort_values("step").pool_diversity.to_numpy()))
                      for _, g in mine.groupby("seed")]
-            draw_band(ax, rows.step.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                      seeds=seeds)
+            ax.plot(rows.step, rows["mean"], ls="none", marker=".", ms=3, alpha=0.3, color=method_color(method))
+            draw_band(ax, rows.step.to_numpy(), smooth(rows["mean"].to_numpy()), smooth(rows.stderr.to_numpy()),
+                      method=method, seeds=seeds)
         ax.set_title(task_label(task))
         ax.set_xlabel("training step")
         ax.set_ylabel("pool diversity (pairwise L1)")
         ax.grid(alpha=0.3)
-    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds,
-           note=seed_note(n_seeds, per_seed_lines=True), scale=scale)
+    note = seed_note(n_seeds, per_seed_lines=True) or finish_default_note(n_seeds)
+    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds, scale=scale,
+           note=f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step")
     return fig
 
 
