@@ -71,6 +71,19 @@ def test_overrides_merge_last(raw):
     (lambda c: c["method_settings"]["vpo"].__setitem__("sampler", "halton"), "method_settings.vpo.sampler",
      "'halton' is not one of"),
     (lambda c: c["presets"]["paper"].__setitem__("method", ["vpo"]), "presets.paper", "('method' was unexpected)"),
+    # every key is checked at parse time, also those only one trainer or estimator reads
+    (lambda c: c["method_settings"]["vpo"].__setitem__("alpah", 0.5), "method_settings.vpo", "('alpah' was unexpected)"),
+    (lambda c: c["method_settings"]["grpo"].__setitem__("alpha", 0.5), "method_settings.grpo.alpha",
+     "grpo does not take 'alpha'"),
+    (lambda c: c["local_trainer"].__setitem__("lrr", 1e-3), "local_trainer", "('lrr' was unexpected)"),
+    (lambda c: c["local_trainer"].pop("steps"), "local_trainer", "'steps' is a required property"),
+    (lambda c: c["local_trainer"].__setitem__("steps", 2.5), "local_trainer.steps", "is not of type 'integer'"),
+    (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", 31), "task_settings.maze.eval.budget",
+     "31 candidates are not whole chains of m = 3"),
+    (lambda c: c["method_settings"]["max_at_k"].__setitem__("k", 8), "method_settings.max_at_k.k",
+     "a subset of 8 does not fit a group of verl.batch_presets.up_to_4b.rollout_n = 8"),
+    (lambda c: (c["tasks"].append("chess"), c["task_settings"].__setitem__("chess", c["task_settings"]["maze"])),
+     "tasks", "no installed task plugin is called 'chess'"),
 ])
 def test_malformed_configs_name_the_key(raw, mutate, key, words):
     bad = copy.deepcopy(raw)
@@ -116,7 +129,7 @@ def test_deep_merge_and_digests():
     # evaluation settings re-evaluate a cell but never retrain it
     changed = resolve_config(cfg, overrides={"task_settings": {"maze": {"eval": {"max_new_tokens": 7}}}})
     assert settings_digest(cell_settings(changed, "maze", "vpo")) == settings_digest(vpo)
-    changed = resolve_config(cfg, overrides={"task_settings": {"maze": {"m": 4}}})
+    changed = resolve_config(cfg, overrides={"task_settings": {"maze": {"m": 5}}})  # 30 = 6 chains of 5
     assert settings_digest(cell_settings(changed, "maze", "vpo")) != settings_digest(vpo)
 
 
@@ -138,7 +151,7 @@ def test_scale_note_names_preset_and_scale():
     from vpo.config import scale_note
 
     assert scale_note(load_config(CONFIG)) == ("cpu preset: 2-layer width-64 model trained on CPU, "
-                                                "30 RL steps of 8 x 8 rollouts")
+                                                "70 RL steps of 8 x 8 rollouts")
     paper = scale_note(load_config(CONFIG, preset="paper"))
     assert paper.startswith("paper preset: veRL on ") and "Qwen/Qwen3-4B" in paper
 

@@ -51,8 +51,8 @@ def kinds(files):
 def test_cpu_preset_plans_every_rule(tmp_path):
     files = dryrun(tmp_path)
     counts = kinds(files)
-    # 4 methods x 1 task x 2 seeds = 8 cells, one eval seed each
-    assert counts["train.json"] == 8 and counts["model"] == 8 and counts["json"] == 8 and counts["parquet"] == 8
+    # 4 methods x 1 task x 3 seeds = 12 cells, one eval seed each
+    assert counts["train.json"] == 12 and counts["model"] == 12 and counts["json"] == 12 and counts["parquet"] == 12
     assert counts["train.parquet"] == counts["test.parquet"] == 1
     assert "results/base/maze/base.json" in files
     for target in ["figures/pass_at_k.pdf", "figures/best_at_k.pdf", "figures/diversity_over_training.pdf",
@@ -119,6 +119,8 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
     ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
     ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
+    ({"method_settings": {"vpo": {"alpah": 0.5}}}, "method_settings.vpo", "'alpah' was unexpected"),
+    ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole chains"),
 ])
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
     # the overrides are whole top-level keys, so they replace the preset's grid: give preset=paper
@@ -174,4 +176,4 @@ def test_installed_profile_works_by_name(tmp_path):
 
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
-    assert job_counts(cli_dryrun(tmp_path))["total"] == 39
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 51

@@ -50,10 +50,24 @@ def _key_path(parts) -> str:
 
 
 def _load_schema() -> dict:
+    """The schema file, with `local_trainer` built from the settings dataclass (so they cannot drift)."""
     if not SCHEMA_PATH.exists():
         raise ConfigError(f"the config schema {SCHEMA_PATH} is missing; run from a full checkout")
     with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
+        schema = yaml.safe_load(fh)
+    schema["properties"]["local_trainer"] = _local_trainer_schema()
+    return schema
+
+
+def _local_trainer_schema() -> dict:
+    import dataclasses
+
+    from vpo.local.settings import LocalTrainerSettings
+
+    kinds = {"int": {"type": "integer"}, "float": {"type": "number"}, "dict": {"type": "object"}}
+    fields = dataclasses.fields(LocalTrainerSettings)
+    return {"type": "object", "additionalProperties": False, "required": [f.name for f in fields],
+            "properties": {f.name: kinds.get(str(f.type), {}) for f in fields}}
 
 
 def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:
@@ -98,8 +112,57 @@ def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
             )
         if cfg["backend"] == "verl" and settings["gpus"] < 1:
             problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
+    problems += _method_problems(cfg) + _task_problems(cfg)
     if problems:
         raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))
+
+
+def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """Settings a method's estimator does not take; a Max@k subset that does not fit the group;
+    an evaluation budget that m answers per chain do not divide."""
+    import inspect
+
+    from vpo.advantage import get_estimator
+    from vpo.methods import get_method
+
+    problems = []
+    for name in cfg["methods"]:
+        method = get_method(name)
+        takes = set(inspect.signature(get_estimator(method.estimator)).parameters) - {"rng", "weights", "response_lengths"}
+        if method.reward == "weighted":
+            takes.add("alpha")  # the Dirichlet alpha of the weights in the rows
+        for key in sorted(set(cfg["method_settings"].get(name) or {}) - takes):
+            problems.append(f"method_settings.{name}.{key}: {name} does not take '{key}'; it takes "
+                            f"{', '.join(sorted(takes - {'scores', 'sub_scores', 'channels', 'group_ids'})) or 'nothing'}")
+        if name == "max_at_k":
+            if cfg["backend"] == "local":
+                groups = {"local_trainer.rollouts_per_prompt": cfg["local_trainer"]["rollouts_per_prompt"]}
+            else:
+                batch = cfg["verl"]["batch_preset"]
+                chosen = cfg["verl"]["batch_presets"] if batch == "auto" else {batch: cfg["verl"]["batch_presets"].get(batch, {})}
+                groups = {f"verl.batch_presets.{b}.rollout_n": p.get("rollout_n") for b, p in chosen.items()}
+            k = (cfg["method_settings"].get("max_at_k") or {}).get("k")
+            for where, n in groups.items():
+                if n is not None and not 1 <= (max(2, n // 2) if k is None else k) <= n - 1:
+                    problems.append(f"method_settings.max_at_k.k: a subset of {k if k is not None else max(2, n // 2)} "
+                                    f"does not fit a group of {where} = {n} rollouts (needs 1 <= k <= n - 1)")
+        if method.multi_answer:
+            for task in cfg["tasks"]:
+                settings = cfg["task_settings"].get(task) or {}
+                budget, m = settings.get("eval", {}).get("budget"), settings.get("m")
+                if budget and m and budget % m:
+                    problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole chains of "
+                                    f"m = {m} answers ({name} answers m at a time); use a multiple of {m}")
+    return problems
+
+
+def _task_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """Tasks that no installed plugin provides."""
+    from vpo.task import ENTRY_POINT_GROUP, TASKS
+
+    return [f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
+            f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"
+            for task in cfg["tasks"] if task not in TASKS]
 
 
 NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")

@@ -45,7 +45,7 @@ def eval_diagnostics(run_dir: Path) -> dict[str, Any]:
     out["first_word_entropy_bits"] = round(float(first_words.groupby(keys)["first"].apply(
         lambda s: _entropy_bits(list(s))).mean()), 3) if len(parsed) else 0.0
     objectives = [c for c in frame.columns if c not in {"problem", "prompt", "chain", "slot", "text", "response",
-                                                        "scalar", "parsed", "correct", "eval_seed"}]
+                                                        "scalar", "parsed", "correct", "eval_seed", "k"}]
     out["objective_means"] = {c: round(float(frame[c].mean()), 3) for c in objectives}
     responses = frame.drop_duplicates(["eval_seed", "problem", "chain"])["response"].tolist()
     limit = int(meta["sampling"]["max_new_tokens"])
