@@ -21,10 +21,17 @@ PRESET = CFG["preset"]
 BACKEND = CFG["backend"]
 METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 
-# Every `vpo` command reads this snapshot of the resolved config (written only when it changes),
-# so --configfile/--config overrides reach the commands exactly as the workflow sees them.
-CONFIG_SNAPSHOT = "results/config.yaml"
-write_config(CFG, CONFIG_SNAPSHOT)
+# Every `vpo` command reads a snapshot of the resolved config, so --configfile/--config overrides
+# reach the commands exactly as the workflow sees them. It is named by its content (no later call
+# can change it under a running job) and written when jobs are about to run, never by a dry-run,
+# --report or --rulegraph; results/config.yaml is a copy for people (the latest run's config).
+# Rules name it in the shell command, not in params, so editing a key that no cell uses reruns nothing.
+CONFIG_SNAPSHOT = f"results/config/{settings_digest(CFG)[:16]}.yaml"
+
+
+onstart:
+    write_config(CFG, CONFIG_SNAPSHOT)
+    write_config(CFG, "results/config.yaml")
 # Every job's shell: (unless conda provides the software) the Python that runs Snakemake, so a
 # venv need not be activated. Jobs get the snapshot and preset as --config / --preset flags.
 _python_dir = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (

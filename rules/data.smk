@@ -8,7 +8,6 @@ rule preprocess:
     params:
         out=parent_dir,
         preset=PRESET,
-        config=CONFIG_SNAPSHOT,
         # rerun when the task's data options change
         data_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["data"]),
     log:
@@ -20,7 +19,7 @@ rule preprocess:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out:q} --config {params.config:q}"
+        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out:q} --config {CONFIG_SNAPSHOT:q}"
         " --preset {params.preset:q} > {log} 2>&1"
 
 
@@ -33,7 +32,6 @@ rule base_model:
         data=lambda wc, input: os.path.dirname(input[0]),
         out=parent_dir,
         preset=PRESET,
-        config=CONFIG_SNAPSHOT,
         trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
     log:
         "logs/base_model/{task}.log",
@@ -45,4 +43,4 @@ rule base_model:
         "../envs/cpu.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data:q}"
-        " --preset {params.preset:q} --config {params.config:q} --out {params.out:q} > {log} 2>&1"
+        " --preset {params.preset:q} --config {CONFIG_SNAPSHOT:q} --out {params.out:q} > {log} 2>&1"

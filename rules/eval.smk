@@ -11,7 +11,6 @@ rule eval:
     params:
         data=lambda wc, input: os.path.dirname(input.test),
         preset=PRESET,
-        config=CONFIG_SNAPSHOT,
         eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),
     log:
         "logs/eval/{task}/{method}/seed{seed}/evalseed{evalseed}.log",
@@ -25,4 +24,4 @@ rule eval:
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model} --task {wildcards.task}"
         " --method {wildcards.method} --data {params.data:q} --seed {wildcards.evalseed} --preset {params.preset:q}"
-        " --config {params.config:q} --out {output.pool} > {log} 2>&1"
+        " --config {CONFIG_SNAPSHOT:q} --out {output.pool} > {log} 2>&1"

@@ -15,7 +15,6 @@ rule train:
         base_model=lambda wc, input: ["--base-model", os.path.dirname(input.base)] if "base" in input.keys() else [],
         backend=BACKEND,
         preset=PRESET,
-        config=CONFIG_SNAPSHOT,
         settings_digest=cell_digest,
     log:
         "logs/train/{task}/{method}/seed{seed}.log",
@@ -29,7 +28,7 @@ rule train:
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend:q} --task {wildcards.task}"
         " --method {wildcards.method} --seed {wildcards.seed} --preset {params.preset:q} --data {params.data:q}"
-        " {params.base_model:q} --out {params.out:q} --config {params.config:q} > {log} 2>&1"
+        " {params.base_model:q} --out {params.out:q} --config {CONFIG_SNAPSHOT:q} > {log} 2>&1"
 
 
 rule merge:

@@ -60,3 +60,41 @@ def test_a_stage_error_is_one_line_and_a_nonzero_exit(tmp_path):
     assert done.returncode == 1 and "has no rows" in done.stderr and "Traceback" not in done.stderr
     debug = subprocess.run(argv, capture_output=True, text=True, env={**env, "VPO_DEBUG": "1"}, cwd=REPO)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def one_line_error(argv, cwd):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "VPO_DEBUG"}
+    done = subprocess.run([sys.executable, "-m", "vpo.cli", *argv], capture_output=True, text=True, env=env, cwd=cwd)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("vpo ")]
+    assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-1500:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("name, content, argv, words", [
+    ("evalseed0.json", "{not json", ["aggregate", "evals", "--out-dir", "agg"], "is not readable JSON"),
+    ("train.json", "[1, 2]", ["aggregate", "training", "--out", "curves.csv"], "holds a JSON list, not an object"),
+    ("summary.csv", "", ["table", "main", "--best-at", "6", "--methods", "grpo", "--tasks", "maze", "--out", "t.md",
+                         "--summary"], "is empty"),
+    ("summary.csv", "task,method,metric,k,mean,stderr,n_seeds\n",
+     ["plot", "curve", "--metric", "pass_at_k", "--methods", "grpo", "--tasks", "maze", "--out", "x.pdf", "--summary"],
+     "has a header but no rows"),
+])
+def test_damaged_inputs_name_the_file_and_the_rebuild_command(tmp_path, name, content, argv, words):
+    (tmp_path / name).write_text(content)
+    line = one_line_error([*argv, name], tmp_path)
+    assert words in line and name in line and f"snakemake -f {name}" in line
+
+
+def test_a_damaged_model_names_the_directory(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{bad")
+    data = tmp_path / "data"
+    from vpo.task import TASKS
+
+    TASKS["maze"].preprocess(str(data), {"train_size": 1, "test_size": 1})
+    line = one_line_error(["eval", "--model", "model", "--task", "maze", "--method", "grpo", "--data", "data",
+                           "--seed", "0", "--config", str(REPO / "config.yaml"), "--out", "e.parquet"], tmp_path)
+    assert "model is not a loadable model" in line and "snakemake -f model" in line

@@ -60,8 +60,8 @@ def test_cpu_preset_plans_every_rule(tmp_path):
                    "results/tables/best_at_k_maze.tex", "results/tables/pass_at_k_maze.md",
                    "results/aggregate/summary.csv", "results/aggregate/training_curves.csv"]:
         assert target in files
-    # the resolved config every vpo command reads was written at parse time
-    assert "preset: cpu" in (tmp_path / "results" / "config.yaml").read_text()
+    # the resolved config every vpo command reads is written when a run starts, not by the plan
+    assert not (tmp_path / "results").exists()
 
 
 def test_paper_grid_through_the_slurm_executor(tmp_path):
@@ -177,3 +177,16 @@ def test_installed_profile_works_by_name(tmp_path):
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
     assert job_counts(cli_dryrun(tmp_path))["total"] == 51
+
+
+def test_a_dry_run_writes_nothing_under_results(tmp_path):
+    """`snakemake -n` (and a changed config) never rewrites what running jobs read."""
+    snapshot = tmp_path / "results" / "config.yaml"
+    snapshot.parent.mkdir(parents=True)
+    snapshot.write_text("preset: cpu  # a running job's view\n")
+    before = {p: p.read_bytes() for p in (tmp_path / "results").rglob("*") if p.is_file()}
+    dryrun(tmp_path, config={"preset": "ci"})
+    dryrun(tmp_path)
+    after = {p: p.read_bytes() for p in (tmp_path / "results").rglob("*") if p.is_file()}
+    assert after == before
+

@@ -31,6 +31,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 from vpo.atomic import atomic_file
+from vpo.data import read_json_object
 
 CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
 SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
@@ -41,8 +42,7 @@ DIVERSITY_KEY = "pool_diversity"
 # ---- evaluation results -----------------------------------------------------------------------
 def read_eval_json(path: str | os.PathLike) -> list[dict]:
     """One evalseed{e}.json -> long rows (task, method, train_seed, eval_seed, metric, k, value)."""
-    with open(path) as fh:
-        result = json.load(fh)
+    result = read_json_object(path)
     missing = [key for key in REQUIRED_KEYS if key not in result]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}; rerun `vpo eval` for this cell")
@@ -147,8 +147,7 @@ def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
     records = []
     for marker in markers:
         marker = Path(marker)
-        with open(marker) as fh:
-            info = json.load(fh)
+        info = read_json_object(marker)
         metrics_path = marker.with_name("metrics.jsonl")
         if not metrics_path.exists():
             raise FileNotFoundError(f"{metrics_path} is missing; the trainer writes it next to {marker.name}")

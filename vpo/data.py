@@ -1,4 +1,6 @@
-"""Reading a task's parquet split into plain Python rows (veRL row schema, reference/verl.md)."""
+"""Reading the pipeline's files with errors that name the file, what is wrong and how to rebuild it:
+a task's parquet split as plain Python rows (veRL row schema, reference/verl.md), a JSON object
+(train.json, evalseed*.json) and a non-empty CSV (the aggregates)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,39 @@ import os
 from pathlib import Path
 
 from vpo.prompts import to_plain
+
+
+def rebuild_hint(path: str | os.PathLike) -> str:
+    """The command that rebuilds a workflow output."""
+    return f"rebuild it with `snakemake -f {path}`"
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """A JSON file holding one object; ValueError naming the file otherwise."""
+    import json
+
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path} is not readable JSON ({' '.join(str(err).split())}); {rebuild_hint(path)}") from err
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not an object; {rebuild_hint(path)}")
+    return value
+
+
+def read_csv_table(path: str | os.PathLike):
+    """A CSV with a header and at least one row, as a DataFrame; ValueError naming the file otherwise."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path} is empty; {rebuild_hint(path)}") from None
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a readable CSV ({' '.join(str(err).split())}); {rebuild_hint(path)}") from err
+    if frame.empty:
+        raise ValueError(f"{path} has a header but no rows; {rebuild_hint(path)}")
+    return frame
 
 
 def split_path(data_dir: str | os.PathLike, split: str) -> Path:

@@ -30,10 +30,14 @@ def load_pretrained(path: str | Path, *, dtype=None):
             f"{path} is not a Hugging Face model directory (no config.json). "
             "Build it with `vpo base-model` (local backend) or `vpo merge --run <run dir>`."
         )
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, EnvironmentError) as err:  # transformers' errors for damaged files
+        raise ValueError(f"{path} is not a loadable model ({' '.join(str(err).split())[:300]}); rebuild it with "
+                         f"`snakemake -f {path}` (a merged cell model or a base model)") from err
     tokenizer.padding_side = "left"
-    kwargs = {} if dtype is None else {"dtype": dtype}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model, tokenizer
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from vpo.aggregate import training_curve_stats
 from vpo.atomic import atomic_file
+from vpo.data import read_csv_table
 from vpo.tables import method_label, task_label
 
 METHOD_ORDER = ["grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"]
@@ -271,17 +272,17 @@ def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
 
     if args.figure == "mechanism":
-        plt.close(plot_mechanism(pd.read_csv(args.bandit), args.out))
+        plt.close(plot_mechanism(read_csv_table(args.bandit), args.out))
         return 0
     if args.figure == "advantage":
-        plt.close(plot_mechanism_advantage(pd.read_csv(args.sweeps), args.out))
+        plt.close(plot_mechanism_advantage(read_csv_table(args.sweeps), args.out))
         return 0
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":
-        per_seed = pd.read_csv(args.per_seed) if args.per_seed else None
-        fig = plot_curves(pd.read_csv(args.summary), args.metric, methods, tasks, args.out, per_seed=per_seed,
+        per_seed = read_csv_table(args.per_seed) if args.per_seed else None
+        fig = plot_curves(read_csv_table(args.summary), args.metric, methods, tasks, args.out, per_seed=per_seed,
                           scale=args.scale)
     else:
-        fig = plot_diversity(pd.read_csv(args.training), methods, tasks, args.out, scale=args.scale)
+        fig = plot_diversity(read_csv_table(args.training), methods, tasks, args.out, scale=args.scale)
     plt.close(fig)
     return 0

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from vpo.atomic import write_text_atomic
+from vpo.data import read_csv_table
 
 METHOD_LABELS = {
     "grpo": "GRPO", "gdpo": "GDPO", "maxrl": "MaxRL", "max_at_k": "Max-at-K", "multi_rlvr": "Multi-RLVR",
@@ -172,7 +173,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = pd.read_csv(args.summary)
+    summary = read_csv_table(args.summary)
     methods = args.methods.split(",")
     if args.table == "main":
         tasks = args.tasks.split(",")
