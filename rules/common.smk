@@ -3,15 +3,23 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
 from snakemake.exceptions import WorkflowError
 
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
-from vpo.config import scale_note, write_config
+from vpo.config import preset_conflicts, scale_note, user_overrides, write_config
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
+# What --configfile/--config set differently from the project's config.yaml wins over the preset.
 try:
-    CFG = resolve_config(config, source="config (config.yaml + --configfile/--config)")
+    with open(Path(workflow.basedir).parent / "config.yaml") as _fh:
+        _OVERRIDES = user_overrides(config, yaml.safe_load(_fh))
+    for _key in preset_conflicts(config, _OVERRIDES):
+        print(f"config: preset '{config.get('preset')}' sets {_key}, but your --configfile/--config value is used",
+              file=sys.stderr)
+    CFG = resolve_config(config, overrides=_OVERRIDES, source="config (config.yaml + --configfile/--config)")
     # a relative data.path names a directory of the project (e.g. the ci preset's fixtures)
     CFG = absolute_data_paths(CFG, Path(workflow.basedir).parent)
 except ConfigError as err:

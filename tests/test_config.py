@@ -163,3 +163,19 @@ def test_command_line_numbers_in_lists_are_numbers(raw):
     assert cfg["seeds"] == [0, 2]
     assert numbers_in_lists({"a": ["1.5", "x1", "-3", "1e-3", "2025-02-01"]}) == {"a": [1.5, "x1", -3, 1e-3, "2025-02-01"]}
 
+
+def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
+    from vpo.config import preset_conflicts, user_overrides
+
+    project = copy.deepcopy(raw)
+    raw["seeds"] = ["0"]  # what `snakemake --config seeds=[0]` hands over
+    raw["task_settings"]["maze"]["eval"]["temperature"] = 0.5
+    overrides = user_overrides(raw, project)
+    assert overrides == {"seeds": [0], "task_settings": {"maze": {"eval": {"temperature": 0.5}}}}
+    assert preset_conflicts(raw, overrides, "cpu") == ["seeds"]  # cpu sets seeds; it sets no temperature
+    cfg = resolve_config(raw, "cpu", overrides)
+    assert cfg["seeds"] == [0] and cfg["task_settings"]["maze"]["eval"]["temperature"] == 0.5
+    assert cfg["task_settings"]["maze"]["data"]["train_size"] == 256  # the rest of the preset still applies
+    assert resolve_config(cfg) == cfg  # a job re-reading the snapshot sees the same config
+    assert user_overrides(project, project) == {}
+

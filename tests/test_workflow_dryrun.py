@@ -123,7 +123,7 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole chains"),
 ])
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
-    # the overrides are whole top-level keys, so they replace the preset's grid: give preset=paper
+    # the overrides win over the preset; preset=paper makes the paper grid the base
     with pytest.raises(Exception) as err:
         dryrun(tmp_path, config={"preset": "paper", **config})
     assert key in str(err.value) and words in str(err.value)
@@ -189,4 +189,10 @@ def test_a_dry_run_writes_nothing_under_results(tmp_path):
     dryrun(tmp_path)
     after = {p: p.read_bytes() for p in (tmp_path / "results").rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_command_line_seeds_win_over_the_default_preset(tmp_path):
+    """The README recipe: `--config seeds=[0]` under the cpu preset plans one seed per cell."""
+    counts = kinds(dryrun(tmp_path, config={"seeds": ["0"]}))
+    assert counts["train.json"] == 4  # 4 methods x 1 seed
 

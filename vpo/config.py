@@ -179,6 +179,35 @@ def numbers_in_lists(value: Any) -> Any:
     return value
 
 
+def user_overrides(raw: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
+    """What raw (config.yaml + --configfile + --config, as Snakemake merged them) sets differently
+    from the project's config.yaml: the leaves that differ or are new, outside `preset`/`presets`."""
+    def diff(a: Any, b: Any) -> Any:
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out = {k: diff(v, b[k]) if k in b else v for k, v in a.items() if k not in b or v != b[k]}
+            return {k: v for k, v in out.items() if v != {}}
+        return a
+    return {k: v for k, v in diff(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project))).items()
+            if k not in ("preset", "presets")}
+
+
+def preset_conflicts(raw: Mapping[str, Any], overrides: Mapping[str, Any], preset: str | None = None) -> list[str]:
+    """Key paths the preset sets to something else than the user's override (the override wins)."""
+    name = preset or raw.get("preset")
+    found: list[str] = []
+
+    def walk(over: Any, pre: Any, path: list[str]) -> None:
+        if isinstance(over, Mapping) and isinstance(pre, Mapping):
+            for key, value in over.items():
+                if key in pre:
+                    walk(value, pre[key], path + [key])
+        elif over != pre:
+            found.append(".".join(path))
+
+    walk(overrides, (raw.get("presets") or {}).get(name) or {}, [])
+    return found
+
+
 def resolve_config(
     raw: Mapping[str, Any],
     preset: str | None = None,
@@ -202,8 +231,12 @@ def resolve_config(
     cfg = deep_merge(raw, raw["presets"][name])
     cfg["preset"] = name
     if overrides:
+        overrides = numbers_in_lists(dict(overrides))
         cfg = deep_merge(cfg, overrides)
         cfg["preset"] = name
+        # folded into the stored preset, so resolving the result again (a job reading the snapshot)
+        # keeps the overrides instead of re-applying the preset over them
+        cfg["presets"] = {**raw["presets"], name: deep_merge(raw["presets"][name], overrides)}
     validate(cfg, source=source, stage=f"after applying preset '{name}'")
     _check_cross_keys(cfg, source)
     return cfg
