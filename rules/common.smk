@@ -1,5 +1,6 @@
 # Config, grid, paths and targets shared by every rule file. Logic lives in vpo/; this stays thin.
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -33,7 +34,8 @@ METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 # reach the commands exactly as the workflow sees them. It is named by its content (no later call
 # can change it under a running job) and written when jobs are about to run, never by a dry-run,
 # --report or --rulegraph; results/config.yaml is a copy for people (the latest run's config).
-# Rules name it in the shell command, not in params, so editing a key that no cell uses reruns nothing.
+# Jobs find it in $VPO_CONFIG_SNAPSHOT (set by the shell prefix below), not in params, so editing a
+# key that no cell uses reruns nothing.
 CONFIG_SNAPSHOT = f"results/config/{settings_digest(CFG)[:16]}.yaml"
 
 
@@ -45,7 +47,7 @@ onstart:
 _python_dir = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
     f"export PATH={Path(sys.executable).parent}:$PATH; "
 )
-shell.prefix(f"set -euo pipefail; {_python_dir}")
+shell.prefix(f"set -euo pipefail; {_python_dir}export VPO_CONFIG_SNAPSHOT={shlex.quote(CONFIG_SNAPSHOT)}; ")
 
 
 wildcard_constraints:

@@ -19,7 +19,7 @@ rule preprocess:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out:q} --config {CONFIG_SNAPSHOT:q}"
+        "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out:q} --config \"$VPO_CONFIG_SNAPSHOT\""
         " --preset {params.preset:q} > {log} 2>&1"
 
 
@@ -43,4 +43,4 @@ rule base_model:
         "../envs/cpu.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data:q}"
-        " --preset {params.preset:q} --config {CONFIG_SNAPSHOT:q} --out {params.out:q} > {log} 2>&1"
+        " --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\" --out {params.out:q} > {log} 2>&1"

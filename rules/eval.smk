@@ -24,4 +24,4 @@ rule eval:
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model} --task {wildcards.task}"
         " --method {wildcards.method} --data {params.data:q} --seed {wildcards.evalseed} --preset {params.preset:q}"
-        " --config {CONFIG_SNAPSHOT:q} --out {output.pool} > {log} 2>&1"
+        " --config \"$VPO_CONFIG_SNAPSHOT\" --out {output.pool} > {log} 2>&1"

@@ -29,7 +29,7 @@ rule train:
         # a failed attempt's log is copied to <log>.failed-<UTC time>: Snakemake deletes {log} before a rerun
         "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend:q} --task {wildcards.task}"
         " --method {wildcards.method} --seed {wildcards.seed} --preset {params.preset:q} --data {params.data:q}"
-        " {params.base_model:q} --out {params.out:q} --config {CONFIG_SNAPSHOT:q} > {log} 2>&1"
+        " {params.base_model:q} --out {params.out:q} --config \"$VPO_CONFIG_SNAPSHOT\" > {log} 2>&1"
         " || {{ status=$?; cp {log:q} {log:q}.failed-$(date -u +%Y%m%dT%H%M%S); exit $status; }}"
 
 
