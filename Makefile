@@ -23,10 +23,10 @@ test: $(STAMP)
 
 # Snakemake decides what is stale; make only makes sure the environment exists.
 figures/%: $(STAMP) FORCE
-	$(VENV)/bin/snakemake $@
+	$(VENV)/bin/snakemake --cores all $@
 
 results/%: $(STAMP) FORCE
-	$(VENV)/bin/snakemake $@
+	$(VENV)/bin/snakemake --cores all $@
 
 report.html: $(STAMP) FORCE
 	$(VENV)/bin/snakemake --report $@

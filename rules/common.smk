@@ -100,6 +100,12 @@ def res(rule_family, key):
     return CFG["resources"][rule_family][key]
 
 
+def per_attempt(rule_family, key):
+    """Memory or runtime that grows with each retry (attempt 1: the configured value; 2: twice it)."""
+    base = res(rule_family, key)
+    return lambda wildcards, attempt: base * attempt
+
+
 def train_gpus(wildcards):
     return task_settings(CFG, wildcards.task)["gpus"] if BACKEND == "verl" else 0
 

@@ -14,8 +14,8 @@ rule preprocess:
         "logs/preprocess/{task}.log",
     threads: res("preprocess", "threads")
     resources:
-        mem_mb=res("preprocess", "mem_mb"),
-        runtime=res("preprocess", "runtime"),
+        mem_mb=per_attempt("preprocess", "mem_mb"),
+        runtime=per_attempt("preprocess", "runtime"),
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -37,8 +37,8 @@ rule base_model:
         "logs/base_model/{task}.log",
     threads: res("base_model", "threads")
     resources:
-        mem_mb=res("base_model", "mem_mb"),
-        runtime=res("base_model", "runtime"),
+        mem_mb=per_attempt("base_model", "mem_mb"),
+        runtime=per_attempt("base_model", "runtime"),
     conda:
         "../envs/cpu.yaml"
     shell:

@@ -17,8 +17,8 @@ rule eval:
     threads: res("eval", "threads")
     resources:
         gpu=eval_gpus,
-        mem_mb=res("eval", "mem_mb"),
-        runtime=res("eval", "runtime"),
+        mem_mb=per_attempt("eval", "mem_mb"),
+        runtime=per_attempt("eval", "runtime"),
     conda:
         "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
     shell:

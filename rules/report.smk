@@ -16,8 +16,8 @@ rule aggregate:
         "logs/report/aggregate.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -33,8 +33,8 @@ rule aggregate_training:
         "logs/report/aggregate_training.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -56,8 +56,8 @@ rule main_table:
         "logs/report/main_table.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -85,8 +85,8 @@ rule curve_table:
         "logs/report/{metric}_{task}.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -108,8 +108,8 @@ rule figure_pass_at_k:
         "logs/report/figure_pass_at_k.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -131,8 +131,8 @@ rule figure_best_at_k:
         "logs/report/figure_best_at_k.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -157,8 +157,8 @@ rule figure_diversity_over_training:
         "logs/report/figure_diversity_over_training.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -173,8 +173,8 @@ rule mechanism_bandit:
         "logs/report/mechanism_bandit.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -190,8 +190,8 @@ rule figure_mechanism_bandit:
         "logs/report/figure_mechanism_bandit.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:
@@ -205,8 +205,8 @@ rule mechanism_advantage:
         "logs/report/mechanism_advantage.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -222,8 +222,8 @@ rule figure_mechanism_advantage:
         "logs/report/figure_mechanism_advantage.log",
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
     conda:
         "../envs/plot.yaml"
     shell:

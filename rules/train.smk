@@ -21,8 +21,8 @@ rule train:
     threads: res("train", "threads")
     resources:
         gpu=train_gpus,
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        mem_mb=per_attempt("train", "mem_mb"),
+        runtime=per_attempt("train", "runtime"),
     conda:
         "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
     shell:
@@ -44,8 +44,8 @@ rule merge:
         "logs/merge/{task}/{method}/seed{seed}.log",
     threads: res("merge", "threads")
     resources:
-        mem_mb=res("merge", "mem_mb"),
-        runtime=res("merge", "runtime"),
+        mem_mb=per_attempt("merge", "mem_mb"),
+        runtime=per_attempt("merge", "runtime"),
     conda:
         "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
     shell:

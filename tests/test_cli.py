@@ -84,7 +84,7 @@ def one_line_error(argv, cwd):
 def test_damaged_inputs_name_the_file_and_the_rebuild_command(tmp_path, name, content, argv, words):
     (tmp_path / name).write_text(content)
     line = one_line_error([*argv, name], tmp_path)
-    assert words in line and name in line and f"snakemake -f {name}" in line
+    assert words in line and name in line and f"snakemake --cores all -f {name}" in line
 
 
 def test_a_damaged_model_names_the_directory(tmp_path):
@@ -97,4 +97,4 @@ def test_a_damaged_model_names_the_directory(tmp_path):
     TASKS["maze"].preprocess(str(data), {"train_size": 1, "test_size": 1})
     line = one_line_error(["eval", "--model", "model", "--task", "maze", "--method", "grpo", "--data", "data",
                            "--seed", "0", "--config", str(REPO / "config.yaml"), "--out", "e.parquet"], tmp_path)
-    assert "model is not a loadable model" in line and "snakemake -f model" in line
+    assert "model is not a loadable model" in line and "snakemake --cores all -f model" in line

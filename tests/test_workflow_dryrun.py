@@ -155,8 +155,15 @@ PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggre
 @pytest.mark.parametrize("profile", ["slurm", "lsf"])
 def test_cluster_profiles_plan_the_paper_grid(tmp_path, profile):
     # profiles/default is layered over the cluster profile, as from the repository root
-    output = cli_dryrun(tmp_path, "--profile", str(REPO / "profiles" / profile))
+    output = cli_dryrun(tmp_path, "--profile", str(REPO / "profiles" / profile), "-p")
     assert job_counts(output) == PAPER_COUNTS
+    # every cluster job gets the threads config.yaml asks for, not the planning machine's core count
+    threads = {rule: {int(n) for n in re.findall(rf"OMP_NUM_THREADS=(\d+) python -m vpo.cli {rule} ", output)}
+               for rule in ("train", "eval")}
+    assert threads == {"train": {16}, "eval": {8}}
+    profile_yaml = (REPO / "profiles" / profile / "config.yaml").read_text()
+    assert re.search(r"^retries: [1-9]", profile_yaml, re.MULTILINE)
+
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from vpo.prompts import to_plain
 
 def rebuild_hint(path: str | os.PathLike) -> str:
     """The command that rebuilds a workflow output."""
-    return f"rebuild it with `snakemake -f {path}`"
+    return f"rebuild it with `snakemake --cores all -f {path}`"
 
 
 def read_json_object(path: str | os.PathLike) -> dict:

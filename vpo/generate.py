@@ -36,7 +36,7 @@ def load_pretrained(path: str | Path, *, dtype=None):
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError, EnvironmentError) as err:  # transformers' errors for damaged files
         raise ValueError(f"{path} is not a loadable model ({' '.join(str(err).split())[:300]}); rebuild it with "
-                         f"`snakemake -f {path}` (a merged cell model or a base model)") from err
+                         f"`snakemake --cores all -f {path}` (a merged cell model or a base model)") from err
     tokenizer.padding_side = "left"
     return model, tokenizer
 
