@@ -43,6 +43,9 @@ def entry() -> int:
     traceback instead."""
     import os
 
+    if not sys.stderr.isatty():  # a job's log file: no carriage-return progress bars (vpo.progress writes lines)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         return main()
     except (KeyboardInterrupt, SystemExit):

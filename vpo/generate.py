@@ -4,7 +4,7 @@
 for each prompt, its `n` sampled response texts. Two backends:
 
 - `transformers` (CPU or one GPU): batched sampling with the KV cache of `model.generate`, left
-  padding, a progress bar over batches. Deterministic for a given `sampling.seed`.
+  padding, time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
 - `vllm` (GPU): `vllm.LLM.generate`; vLLM is imported only when this backend is built. Our sampling
   settings are translated by the pure function `vllm_sampling_kwargs`.
 
@@ -108,7 +108,8 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     Sequences are generated `batch_size` at a time, left-padded, with the KV cache.
     """
     import torch
-    from tqdm.auto import tqdm
+
+    from vpo.progress import Progress
 
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
@@ -119,8 +120,8 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     out: list[list[int]] = []
     was_training = model.training
     model.eval()
-    chunks = range(0, len(flat), batch_size)
-    for start in tqdm(chunks, desc="generate", unit="batch", disable=not progress):
+    tracker = Progress(len(flat), "generate: sequences") if progress else None
+    for start in range(0, len(flat), batch_size):
         batch = flat[start:start + batch_size]
         width = max(len(ids) for ids in batch)
         input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -137,6 +138,8 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
             if eos in row:
                 row = row[: row.index(eos) + 1]
             out.append(row)
+        if tracker:
+            tracker.update(len(out))
     model.train(was_training)
     return out
 

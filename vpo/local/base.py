@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vpo.local.settings import LocalTrainerSettings
+from vpo.progress import Progress
 
 log = logging.getLogger("vpo.local.base")
 
@@ -121,6 +122,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr, betas=(0.9, 0.999), weight_decay=0.01)
     losses = []
+    progress = Progress(cfg.warm_start_steps, "warm start step")
     model.train()
     for step in range(cfg.warm_start_steps):
         lr = cfg.warm_start_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.warm_start_steps))))
@@ -140,8 +142,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         losses.append(float(loss.detach()))
-        if step % 25 == 0 or step == cfg.warm_start_steps - 1:
-            log.info("warm start step %d/%d loss %.4f", step + 1, cfg.warm_start_steps, losses[-1])
+        progress.update(step + 1, f"loss {losses[-1]:.4f}")
     model.eval()
     sampled = sampled_success(model, tokenizer, task, train_rows, cfg, m, seed)
     if sampled["single/success_rate"] == 0 and sampled["multi/success_rate"] == 0:

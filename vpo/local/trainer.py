@@ -21,6 +21,7 @@ import numpy as np
 from vpo.local import checkpoint as ckpt
 from vpo.metrics import group_pool_diversity
 from vpo.local.settings import LocalTrainerSettings
+from vpo.progress import Progress
 
 log = logging.getLogger("vpo.local.trainer")
 
@@ -137,6 +138,7 @@ def train_local(spec: RunSpec) -> dict:
     sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new, seed=None)
     n = cfg.rollouts_per_prompt
     t_run = time.time()
+    progress = Progress(cfg.steps, "step", start_done=start_step)
     for step in range(start_step + 1, cfg.steps + 1):
         t_step = time.time()
         picked = batch_indices(len(rows), cfg.prompts_per_step, step, spec.seed)
@@ -205,8 +207,8 @@ def train_local(spec: RunSpec) -> dict:
         }
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
-        log.info("step %d/%d score %.3f diversity %.3f (%.2fs)", step, cfg.steps, record["score_mean"],
-                 record["pool_diversity"], record["step_s"])
+        progress.update(step, f"score {record['score_mean']:.3f} diversity {record['pool_diversity']:.3f} "
+                              f"{record['step_s']:.2f} s/step")
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             ckpt.save_checkpoint(ckpt_root, step, policy, tokenizer, optimizer, np_rng, record=provenance,
                                  keep=cfg.keep_checkpoints)
