@@ -231,6 +231,11 @@ def _max_at_k_coefficients(n: int, k: int) -> np.ndarray:
     return coef
 
 
+def max_at_k_subset(n: int, k: int | None = None) -> int:
+    """Max@k's subset size for a group of n rollouts: k when set, else max(2, n // 2)."""
+    return max(2, n // 2) if k is None else int(k)
+
+
 @register_estimator("max_at_k")
 def max_at_k_advantage(
     scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, k: int | None = None, eps: float = 1e-6
@@ -247,7 +252,7 @@ def max_at_k_advantage(
     sizes = np.bincount(codes, minlength=n_groups)
     raw = np.zeros(len(x))
     for n in np.unique(sizes).tolist():  # one batched pass per group size
-        k_n = max(2, n // 2) if k is None else int(k)
+        k_n = max_at_k_subset(n, k)
         if not 1 <= k_n <= n - 1:
             raise ValueError(f"max_at_k needs 1 <= k <= n - 1, got k={k_n} for a group of n={n} rollouts; set k or the group size")
         gsel = np.flatnonzero(sizes == n)

@@ -118,8 +118,7 @@ def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
 
 
 def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """Settings a method's estimator does not take; a Max@k subset that does not fit the group;
-    an evaluation budget that m answers per chain do not divide."""
+    """Settings a method's estimator does not take."""
     import inspect
 
     from vpo.advantage import get_estimator
@@ -134,25 +133,39 @@ def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
         for key in sorted(set(cfg["method_settings"].get(name) or {}) - takes):
             problems.append(f"method_settings.{name}.{key}: {name} does not take '{key}'; it takes "
                             f"{', '.join(sorted(takes - {'scores', 'sub_scores', 'channels', 'group_ids'})) or 'nothing'}")
-        if name == "max_at_k":
-            if cfg["backend"] == "local":
-                groups = {"local_trainer.rollouts_per_prompt": cfg["local_trainer"]["rollouts_per_prompt"]}
-            else:
-                batch = cfg["verl"]["batch_preset"]
-                chosen = cfg["verl"]["batch_presets"] if batch == "auto" else {batch: cfg["verl"]["batch_presets"].get(batch, {})}
-                groups = {f"verl.batch_presets.{b}.rollout_n": p.get("rollout_n") for b, p in chosen.items()}
-            k = (cfg["method_settings"].get("max_at_k") or {}).get("k")
-            for where, n in groups.items():
-                if n is not None and not 1 <= (max(2, n // 2) if k is None else k) <= n - 1:
-                    problems.append(f"method_settings.max_at_k.k: a subset of {k if k is not None else max(2, n // 2)} "
-                                    f"does not fit a group of {where} = {n} rollouts (needs 1 <= k <= n - 1)")
-        if method.multi_answer:
-            for task in cfg["tasks"]:
-                settings = cfg["task_settings"].get(task) or {}
-                budget, m = settings.get("eval", {}).get("budget"), settings.get("m")
-                if budget and m and budget % m:
-                    problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole chains of "
-                                    f"m = {m} answers ({name} answers m at a time); use a multiple of {m}")
+    return problems + _max_at_k_problems(cfg) + _budget_problems(cfg)
+
+
+def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """A Max@k subset that does not fit the group size of the trainer (each veRL batch preset auto may pick)."""
+    from vpo.advantage import max_at_k_subset
+
+    if "max_at_k" not in cfg["methods"]:
+        return []
+    if cfg["backend"] == "local":
+        groups = {"local_trainer.rollouts_per_prompt": cfg["local_trainer"]["rollouts_per_prompt"]}
+    else:
+        batch, presets = cfg["verl"]["batch_preset"], cfg["verl"]["batch_presets"]
+        chosen = presets if batch == "auto" else {batch: presets.get(batch, {})}
+        groups = {f"verl.batch_presets.{b}.rollout_n": p.get("rollout_n") for b, p in chosen.items()}
+    k = (cfg["method_settings"].get("max_at_k") or {}).get("k")
+    return [f"method_settings.max_at_k.k: a subset of {max_at_k_subset(n, k)} does not fit a group of {where} = {n} "
+            "rollouts (needs 1 <= k <= n - 1)"
+            for where, n in groups.items() if n is not None and not 1 <= max_at_k_subset(n, k) <= n - 1]
+
+
+def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """An evaluation budget that chains of m answers do not fill exactly (when a method answers m at a time)."""
+    from vpo.methods import get_method
+
+    multi = [name for name in cfg["methods"] if get_method(name).multi_answer]
+    problems = []
+    for task in cfg["tasks"] if multi else []:
+        settings = cfg["task_settings"].get(task) or {}
+        budget, m = settings.get("eval", {}).get("budget"), settings.get("m")
+        if budget and m and budget % m:
+            problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole chains of "
+                            f"m = {m} answers ({', '.join(multi)} answer m at a time); use a multiple of {m}")
     return problems
 
 

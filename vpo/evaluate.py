@@ -94,7 +94,7 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
         pass_k.append([pass_at_k(budget, correct, k) for k in range(1, budget + 1)])
         best_k.append([best_at_k(scalars, k) for k in range(1, budget + 1)])
         perm_k.append(np.maximum.accumulate(scalars[rng.permutation(budget)]))
-        k = int(pool["k"].iloc[0]) if "k" in pool else task.k
+        k = int(pool["k"].iloc[0])  # the problem's own k (candidate_frame)
         own = names[:k]
         if k not in weights:
             weights[k] = sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))

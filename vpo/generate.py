@@ -24,6 +24,8 @@ def load_pretrained(path: str | Path, *, dtype=None):
     """Load (model, tokenizer) from a Hugging Face directory; clear error if it is not one."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from vpo.data import rebuild_hint
+
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
@@ -35,8 +37,8 @@ def load_pretrained(path: str | Path, *, dtype=None):
         kwargs = {} if dtype is None else {"dtype": dtype}
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError, EnvironmentError) as err:  # transformers' errors for damaged files
-        raise ValueError(f"{path} is not a loadable model ({' '.join(str(err).split())[:300]}); rebuild it with "
-                         f"`snakemake --cores all -f {path}` (a merged cell model or a base model)") from err
+        raise ValueError(f"{path} is not a loadable model ({' '.join(str(err).split())[:300]}); "
+                         f"{rebuild_hint(path)} (a merged cell model or a base model)") from err
     tokenizer.padding_side = "left"
     return model, tokenizer
 

@@ -152,6 +152,44 @@ def load_raw(s: LcbSettings) -> list[dict[str, Any]]:
     return [dict(r) for r in load_hub_dataset("lcb", s.dataset, split="test", revision=s.revision)]
 
 
+class DroppedRecord(Exception):
+    """A raw record that yields no problem: `reason` is counted, `detail` (if any) is logged."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+@dataclass
+class Problem:
+    record: dict[str, Any]  # the raw record (prompt fields, ids)
+    tests: list[dict[str, str]]  # the kept private tests, smallest first
+    testtype: str  # functional | stdin (from the first private test)
+    fn_name: str | None  # metadata.func_name of a functional problem
+    original: int  # private tests before the size filter and the cap
+
+
+def problem_of(record: dict[str, Any], s: LcbSettings) -> Problem:
+    """The kept tests, test type and function name of one raw record, or DroppedRecord."""
+    try:
+        tests = decode_tests(record["private_test_cases"])
+    except UndecodableTests as err:
+        raise DroppedRecord("undecodable", f"private tests do not decode to plain data ({err})") from None
+    kept = smallest_tests(tests, s.max_tests, s.max_test_chars)
+    if not kept:
+        raise DroppedRecord("no test left")
+    testtype = tests[0].get("testtype", "stdin")
+    fn_name = None
+    if testtype == "functional":
+        try:
+            fn_name = json.loads(record.get("metadata") or "{}").get("func_name")
+        except (ValueError, AttributeError):
+            fn_name = None
+        if not fn_name:
+            raise DroppedRecord("no func_name", "functional tests without metadata.func_name")
+    return Problem(record, kept, testtype, fn_name, len(tests))
+
+
 def signature(record: dict[str, Any], fn_name: str) -> str:
     """The starter's `def` line without `self`, or `def fn_name(...):` when the starter has none."""
     match = re.search(r"^[ \t]*(def [^\n]*)", record.get("starter_code") or "", re.MULTILINE)
@@ -181,30 +219,28 @@ class LcbTask(Task):
         """Fraction of the problem's tests passed (the row has one entry per test)."""
         return float(sum(vector) / len(vector)) if len(vector) else 0.0
 
-    def rows(self, split: str, records: list[tuple[dict[str, Any], list[dict[str, str]], int]], s: LcbSettings):
+    def rows(self, split: str, problems: list["Problem"], s: LcbSettings) -> list[dict[str, Any]]:
         out = []
-        for i, (record, tests, original) in enumerate(records):
-            testtype = tests[0].get("testtype", "stdin")
-            fn_name = json.loads(record.get("metadata") or "{}").get("func_name") if testtype == "functional" else None
-            truth = {"testtype": testtype, "fn_name": fn_name, "inputs": [t["input"] for t in tests],
-                     "outputs": [t["output"] for t in tests], "timeout_s": s.test_timeout_s,
+        for i, p in enumerate(problems):
+            truth = {"testtype": p.testtype, "fn_name": p.fn_name, "inputs": [t["input"] for t in p.tests],
+                     "outputs": [t["output"] for t in p.tests], "timeout_s": s.test_timeout_s,
                      "memory_mb": s.memory_mb, "compare": s.compare}
             out.append({
                 "data_source": self.data_source,
-                "prompt": [{"role": "user", "content": build_prompt(record, testtype, fn_name)}],
+                "prompt": [{"role": "user", "content": build_prompt(p.record, p.testtype, p.fn_name)}],
                 "ability": "code",
                 "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {"split": split, "index": i, "task_id": record["question_id"],
-                               "platform": record.get("platform"), "difficulty": record.get("difficulty"),
-                               "num_test_cases": len(tests), "num_test_cases_original": original,
-                               "testtype": testtype},
+                "extra_info": {"split": split, "index": i, "task_id": p.record["question_id"],
+                               "platform": p.record.get("platform"), "difficulty": p.record.get("difficulty"),
+                               "num_test_cases": len(p.tests), "num_test_cases_original": p.original,
+                               "testtype": p.testtype},
             })
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
         s = LcbSettings.from_dict(settings)
         bounds = [as_datetime(getattr(s, n)) for n in ("train_before", "test_from", "test_before")]
-        splits: dict[str, list] = {"train": [], "test": []}
+        splits: dict[str, list[Problem]] = {"train": [], "test": []}
         dropped: dict[str, int] = {}
         for record in load_raw(s):
             when = as_datetime(record["contest_date"])
@@ -212,24 +248,12 @@ class LcbTask(Task):
             if split is None:
                 continue
             try:
-                tests = decode_tests(record["private_test_cases"])
-            except UndecodableTests as err:
-                print(f"lcb: dropped {record.get('question_id')!r}: private tests do not decode to plain data ({err})",
-                      file=sys.stderr)
-                dropped["undecodable"] = dropped.get("undecodable", 0) + 1
-                continue
-            kept = smallest_tests(tests, s.max_tests, s.max_test_chars)
-            functional = bool(kept) and kept[0].get("testtype") == "functional"
-            if functional and not json.loads(record.get("metadata") or "{}").get("func_name"):
-                print(f"lcb: dropped {record.get('question_id')!r}: functional tests without metadata.func_name",
-                      file=sys.stderr)
-                dropped["no func_name"] = dropped.get("no func_name", 0) + 1
-                continue
-            if not kept:
-                dropped["no test left"] = dropped.get("no test left", 0) + 1
-                continue
-            splits[split].append((record, kept, len(tests)))
-        splits["train"].sort(key=lambda r: as_datetime(r[0]["contest_date"]))
+                splits[split].append(problem_of(record, s))
+            except DroppedRecord as err:
+                dropped[err.reason] = dropped.get(err.reason, 0) + 1
+                if err.detail:
+                    print(f"lcb: dropped {record.get('question_id')!r}: {err.detail}", file=sys.stderr)
+        splits["train"].sort(key=lambda p: as_datetime(p.record["contest_date"]))
         if s.train_size is not None:
             splits["train"] = splits["train"][: s.train_size]
         print(f"lcb: train {len(splits['train'])} problems, test {len(splits['test'])}; dropped {dropped or 'none'}",
@@ -246,8 +270,9 @@ class LcbTask(Task):
         codes, seen = [], set()
         for solution in split_solutions(text, m):
             code = extract_code(solution)
-            if code and fingerprint(code) not in seen:
-                seen.add(fingerprint(code))
+            key = fingerprint(code) if code else None
+            if key and key not in seen:
+                seen.add(key)
                 codes.append(code)
         return codes
 

@@ -64,7 +64,7 @@ def extract_code(text: str) -> str:
 def has_code_block(text: str) -> bool:
     """Whether a response holds a fenced block with something in it (the parse-failure metric)."""
     text = str(text)
-    return text.count("```") >= 1 and bool(extract_code(text))
+    return "```" in text and bool(extract_code(text))
 
 
 def split_solutions(text: str, m: int) -> list[str]:
