@@ -164,7 +164,7 @@ def bfs(grid, a, blocked):
     while queue:
         r, c = queue.popleft()
         for nr, nc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)):
-            if 0 <= nr < 9 and 0 <= nc < 9 and (nr, nc) not in dist and grid[nr][nc] not in blocked:
+            if 0 <= nr < len(grid) and 0 <= nc < len(grid) and (nr, nc) not in dist and grid[nr][nc] not in blocked:
                 dist[(nr, nc)] = dist[(r, c)] + 1
                 queue.append((nr, nc))
     return dist
@@ -192,36 +192,56 @@ def mazes():
     return generate_mazes(300, 42) + generate_mazes(20, 4242)
 
 
-def test_generator_invariants(mazes):
-    corners = {(0, 0), (0, 8), (8, 0), (8, 8)}
+@pytest.fixture(scope="module", params=[9, 7])
+def sized_mazes(request, mazes):
+    size = request.param
+    return size, (mazes if size == 9 else generate_mazes(150, 42, size=size))
+
+
+def test_generator_invariants(sized_mazes):
+    n, mazes = sized_mazes
+    last, mid = n - 1, n // 2
+    corners = {(0, 0), (0, last), (last, 0), (last, last)}
     for maze in mazes:
         grid = [line.split(" ") for line in maze["grid_text"].split("\n")]
-        assert len(grid) == 9 and all(len(row) == 9 for row in grid)
+        assert len(grid) == n and all(len(row) == n for row in grid)
         assert {t for row in grid for t in row} <= set(".#SEGDLB")
         start, end = tuple(maze["start"]), tuple(maze["end"])
         gold_c, diam_c = tuple(maze["gold_corner"]), tuple(maze["diam_corner"])
         assert grid[start[0]][start[1]] == "S" and grid[end[0]][end[1]] == "E"
-        assert start in corners and start[0] == 0 and end == (8 - start[0], 8 - start[1])  # S on the top row
+        assert start in corners and start[0] == 0 and end == (last - start[0], last - start[1])  # S on the top row
         assert {start, end, gold_c, diam_c} == corners
-        assert grid[4][4] == "B" and maze["bonus_cell"] == [4, 4]
+        assert grid[mid][mid] == "B" and maze["bonus_cell"] == [mid, mid]
         assert sum(row.count("S") + row.count("E") + row.count("B") for row in grid) == 3
-        cells = {t: [(r, c) for r in range(9) for c in range(9) if grid[r][c] == t] for t in "GDL"}
+        cells = {t: [(r, c) for r in range(n) for c in range(n) if grid[r][c] == t] for t in "GDL"}
         assert (len(cells["G"]), len(cells["D"]), len(cells["L"])) == (maze["num_gold"], maze["num_diamond"], maze["num_lava"])
-        assert all(3 <= len(cells[t]) <= 5 for t in "GDL"), maze["seed"]
+        assert all(3 <= len(cells[t]) <= 5 for t in "GD"), maze["seed"]
+        assert (3 if n == 9 else 1) <= len(cells["L"]) <= 5, maze["seed"]  # lava needs free interior cells
         assert all(abs(r - gold_c[0]) + abs(c - gold_c[1]) <= 2 for r, c in cells["G"])
         assert all(abs(r - diam_c[0]) + abs(c - diam_c[1]) <= 2 for r, c in cells["D"])
-        assert all(2 <= r <= 6 and 2 <= c <= 6 for r, c in cells["L"])
+        assert all(2 <= r <= n - 3 and 2 <= c <= n - 3 for r, c in cells["L"])
 
-        walls = {p: bfs(grid, p, "#") for p in (start, gold_c, diam_c, (4, 4))}
+        walls = {p: bfs(grid, p, "#") for p in (start, gold_c, diam_c, (mid, mid))}
         via_gold = walls[start][gold_c] + walls[gold_c][end]
         via_diam = walls[start][diam_c] + walls[diam_c][end]
         both = walls[start][gold_c] + walls[gold_c][diam_c] + walls[diam_c][end]
         assert (maze["via_gold"], maze["via_diam"], maze["both_corners_detour"]) == (via_gold, via_diam, both)
-        assert maze["via_center"] == walls[start][(4, 4)] + walls[(4, 4)][end]
+        assert maze["via_center"] == walls[start][(mid, mid)] + walls[(mid, mid)][end]
         assert maze["max_steps"] == max(via_gold, via_diam) + 7
-        assert both > maze["max_steps"]
+        assert both > maze["max_steps"]  # the designed conflict: one route never gets both corners
         d_safe = bfs(grid, start, "#L")[end]
         assert maze["d_safe"] == d_safe <= maze["max_steps"]
+
+
+def test_smaller_mazes_are_a_setting_with_their_own_prompt(tmp_path):
+    MAZE.preprocess(str(tmp_path), {"train_size": 3, "test_size": 2, "size": 7})
+    import pandas as pd
+    rows = pd.read_parquet(tmp_path / "train.parquet")
+    prompt = rows.iloc[0]["prompt"][0]["content"]
+    assert prompt.startswith("Navigate a 7x7 maze from S to E.")
+    assert len(rows.iloc[0]["reward_model"]["ground_truth"]["grid_text"].split("\n")) == 7
+    with pytest.raises(ValueError, match="size 4 is outside 5..9"):
+        MAZE.preprocess(str(tmp_path), {"size": 4})
 
 
 def test_generation_is_deterministic_and_seeds_are_consecutive(mazes):

@@ -1,4 +1,4 @@
-"""maze: the designed-conflict 9x9 grid (synthetic, k = 4: completion, gold, diamond, avoid_lava).
+"""maze: the designed-conflict grid, 9x9 in the paper (synthetic, k = 4: completion, gold, diamond, avoid_lava).
 
 A route that reaches the exit E within the step budget can collect the gold corner or the diamond
 corner, never both (the generator rejects mazes where both fit), pass through lava or around it,
@@ -22,7 +22,7 @@ import numpy as np
 
 from vpo.atomic import write_parquet_atomic
 from vpo.task import Task, as_random, settings_from
-from vpo_tasks.maze_generator import CENTER, CORNERS, SIZE, generate_mazes
+from vpo_tasks.maze_generator import MIN_SIZE, SIZE, center, corners, generate_mazes
 
 MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
 SCORE_MODES = ("convex_bonus", "linear")
@@ -42,6 +42,7 @@ class MazeSettings:
     train_seed: int = 42  # base seed of the train split; seeds base, base+1, ... until enough are accepted
     test_seed: int = 4242  # base seed of the test split
     score_mode: str = "convex_bonus"  # "convex_bonus" (released generator) or "linear" (PAPER_REPRO)
+    size: int = SIZE  # grid side: 9 is the paper's; smaller keeps the designed conflicts with shorter routes
     attempts_per_maze: int = 300  # give up after n * this many seeds
 
     @classmethod
@@ -49,6 +50,8 @@ class MazeSettings:
         settings = settings_from(cls, values, "maze")
         if settings.score_mode not in SCORE_MODES:
             raise ValueError(f"maze: score_mode {settings.score_mode!r} is not one of {SCORE_MODES}")
+        if not MIN_SIZE <= settings.size <= SIZE:
+            raise ValueError(f"maze: size {settings.size} is outside {MIN_SIZE}..{SIZE}; set data.size to one of them")
         if settings.train_size < 1 or settings.test_size < 1:
             raise ValueError("maze: train_size and test_size must be at least 1")
         return settings
@@ -162,8 +165,9 @@ FORMAT_LINE = "Write your moves inside <answer></answer> tags, for example <answ
 
 
 def build_prompt(maze: dict[str, Any]) -> str:
+    size = len(parse_grid(maze["grid_text"]))
     return (
-        "Navigate a 9x9 maze from S to E.\n\n"
+        f"Navigate a {size}x{size} maze from S to E.\n\n"
         f"{maze['grid_text']}\n\n"
         "Rules:\n"
         "- Moves are UP, DOWN, LEFT and RIGHT; each move is one step.\n"
@@ -217,7 +221,7 @@ class MazeTask(Task):
         s = MazeSettings.from_dict(settings)
         paths = []
         for split, n, seed in (("train", s.train_size, s.train_seed), ("test", s.test_size, s.test_seed)):
-            rows = self.rows(split, generate_mazes(n, seed, s.attempts_per_maze), s.score_mode)
+            rows = self.rows(split, generate_mazes(n, seed, s.attempts_per_maze, s.size), s.score_mode)
             paths.append(write_parquet_atomic(rows, os.path.join(out_dir, f"{split}.parquet")))
         return paths[0], paths[1]
 
@@ -272,6 +276,7 @@ class MazeTask(Task):
 
 def _path(grid: list[list[str]], a: Cell, b: Cell, rng: random.Random, blocked: str = "#") -> list[str]:
     """One shortest move list from a to b (ties broken at random); [] if b is unreachable."""
+    size = len(grid)
     parent: dict[Cell, tuple[Cell, str] | None] = {a: None}
     queue = deque([a])
     names = list(MOVES)
@@ -280,7 +285,7 @@ def _path(grid: list[list[str]], a: Cell, b: Cell, rng: random.Random, blocked: 
         rng.shuffle(names)
         for name in names:
             nxt = (cell[0] + MOVES[name][0], cell[1] + MOVES[name][1])
-            if 0 <= nxt[0] < SIZE and 0 <= nxt[1] < SIZE and nxt not in parent and grid[nxt[0]][nxt[1]] not in blocked:
+            if 0 <= nxt[0] < size and 0 <= nxt[1] < size and nxt not in parent and grid[nxt[0]][nxt[1]] not in blocked:
                 parent[nxt] = (cell, name)
                 queue.append(nxt)
     if b not in parent:
@@ -294,22 +299,23 @@ def _path(grid: list[list[str]], a: Cell, b: Cell, rng: random.Random, blocked: 
 
 
 def _demo_route(grid: list[list[str]], start: Cell, end: Cell, budget: int, rng: random.Random) -> list[str]:
-    corners = [c for c in CORNERS if c not in (start, end)]
+    size = len(grid)
+    side_corners = [c for c in corners(size) if c not in (start, end)]
     kind = rng.choice(["shortest", "corner", "corner", "centre", "safe", "detour", "truncated", "random"])
     if kind == "shortest":
         route = _path(grid, start, end, rng)
     elif kind in ("corner", "centre", "detour"):
         if kind == "corner":
-            via = rng.choice(corners)
+            via = rng.choice(side_corners)
         elif kind == "centre":
-            via = CENTER
+            via = center(size)
         else:
-            via = rng.choice([(r, c) for r in range(SIZE) for c in range(SIZE) if grid[r][c] != "#"])
+            via = rng.choice([(r, c) for r in range(size) for c in range(size) if grid[r][c] != "#"])
         route = _path(grid, start, via, rng) + _path(grid, via, end, rng)
     elif kind == "safe":
         route = _path(grid, start, end, rng, blocked="#L") or _path(grid, start, end, rng)
     elif kind == "truncated":
-        full = _path(grid, start, rng.choice(corners + [end]), rng)
+        full = _path(grid, start, rng.choice(side_corners + [end]), rng)
         route = full[: rng.randint(1, max(1, len(full)))]
     else:
         route = [rng.choice(list(MOVES)) for _ in range(rng.randint(3, budget + 4))]
