@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import preset_conflicts, scale_note, user_overrides, write_config
+from vpo.methods import PROMPT_KINDS, get_method
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
@@ -55,11 +56,12 @@ wildcard_constraints:
     method="|".join(METHODS),
     seed=r"\d+",
     evalseed=r"\d+",
+    prompt="|".join(PROMPT_KINDS),
 
 
 # ---- paths (DESIGN.md section 4) --------------------------------------------------------------
 DATA = "results/data/{task}"
-BASE = "results/base/{task}"
+BASE = "results/base/{task}/{prompt}"  # local backend: one warm start per prompt form (vpo/local/base.py)
 CELL = "results/runs/{task}/{method}/seed{seed}"
 
 
@@ -117,7 +119,7 @@ def eval_gpus(wildcards):
 def train_inputs(wildcards):
     inputs = {"data": f"{DATA}/train.parquet".format(task=wildcards.task)}
     if BACKEND == "local":
-        inputs["base"] = f"{BASE}/base.json".format(task=wildcards.task)
+        inputs["base"] = f"{BASE}/base.json".format(task=wildcards.task, prompt=get_method(wildcards.method).prompt)
     return inputs
 
 

@@ -1,4 +1,5 @@
-# Per task: the train/test parquet in veRL's row schema, and (local backend) the tiny base model.
+# Per task: the train/test parquet in veRL's row schema, and (local backend) the tiny base model
+# of each prompt form the grid's methods use.
 
 
 rule preprocess:
@@ -34,7 +35,7 @@ rule base_model:
         preset=PRESET,
         trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
     log:
-        "logs/base_model/{task}.log",
+        "logs/base_model/{task}/{prompt}.log",
     threads: res("base_model", "threads")
     resources:
         mem_mb=per_attempt("base_model", "mem_mb"),
@@ -42,5 +43,6 @@ rule base_model:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --data {params.data:q}"
+        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --mode {wildcards.prompt}"
+        " --data {params.data:q}"
         " --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\" --out {params.out:q} > {log} 2>&1"

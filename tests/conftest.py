@@ -47,11 +47,21 @@ def tiny_maze_data(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="session")
-def tiny_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings):
-    """A warm-started tiny base model directory (Hugging Face format) for the maze split."""
+def _tiny_base(tmp_path_factory, data, settings, mode):
     from vpo.local.base import build_base_model
 
-    out = tmp_path_factory.mktemp("base") / "maze"
-    build_base_model("maze", str(tiny_maze_data), str(out), tiny_local_settings, m=3, seed=0)
+    out = tmp_path_factory.mktemp("base") / mode
+    build_base_model("maze", str(data), str(out), settings, mode=mode, m=3, seed=0)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings):
+    """A warm-started tiny base model directory (Hugging Face format) for single-answer maze prompts."""
+    return _tiny_base(tmp_path_factory, tiny_maze_data, tiny_local_settings, "single")
+
+
+@pytest.fixture(scope="session")
+def tiny_multi_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings):
+    """The same for multi-answer prompts (what vpo and multi_rlvr train from)."""
+    return _tiny_base(tmp_path_factory, tiny_maze_data, tiny_local_settings, "multi")

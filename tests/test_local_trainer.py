@@ -43,13 +43,15 @@ def strip_timing(records):
 
 
 @pytest.mark.parametrize("method", ["grpo", "vpo"])
-def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tiny_base_model, tmp_path):
+def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tiny_base_model, tiny_multi_base_model,
+                                       tmp_path):
     from vpo.cli import main
     from vpo.generate import load_pretrained
     from vpo.task import resolve
 
     out = tmp_path / "run"
-    assert main(train_args(tiny_config, tiny_maze_data, tiny_base_model, out, method)) == 0
+    base = tiny_multi_base_model if method == "vpo" else tiny_base_model
+    assert main(train_args(tiny_config, tiny_maze_data, base, out, method)) == 0
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     objectives = resolve("maze").objective_names
@@ -71,11 +73,12 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     assert (out / "train.json").stat().st_mtime >= newest_other
 
 
-def test_same_seed_same_metrics_and_seed_changes_them(tiny_maze_data, tiny_base_model, tiny_local_settings, tmp_path):
+def test_same_seed_same_metrics_and_seed_changes_them(tiny_maze_data, tiny_multi_base_model, tiny_local_settings,
+                                                       tmp_path):
     from vpo.local.trainer import RunSpec, train_local
 
     def run(name, seed):
-        spec = RunSpec("maze", "vpo", seed, str(tiny_maze_data), str(tiny_base_model), str(tmp_path / name),
+        spec = RunSpec("maze", "vpo", seed, str(tiny_maze_data), str(tiny_multi_base_model), str(tmp_path / name),
                        tiny_local_settings, {"n_weights": 20}, m=3)
         train_local(spec)
         return strip_timing(read_metrics(tmp_path / name))
@@ -131,6 +134,8 @@ def test_bad_input_fails_before_training(tiny_config, tiny_maze_data, tiny_base_
         main(train_args(tiny_config, tmp_path / "no_data", tiny_base_model, tmp_path / "r"))
     with pytest.raises(ValueError, match="unknown method"):
         main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="ppo_typo"))
+    with pytest.raises(ValueError, match=r"vpo answers multi prompts but .* single prompts; pass results/base/maze/multi"):
+        main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="vpo"))
     assert not (tmp_path / "r").exists()
 
 
@@ -152,11 +157,11 @@ def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_d
     from vpo.generate import load_pretrained
 
     out = tmp_path / "base"
-    assert main(["base-model", "--task", "maze", "--data", str(tiny_maze_data), "--preset", "ci",
+    assert main(["base-model", "--task", "maze", "--mode", "goal", "--data", str(tiny_maze_data), "--preset", "ci",
                  "--config", str(tiny_config), "--out", str(out)]) == 0
     info = json.loads((out / "base.json").read_text())
     assert info["parameters"] > 0 and info["settings"]["hidden_size"] == TINY_LOCAL_TRAINER["hidden_size"]
-    assert {"single/success_rate", "multi/success_rate"} <= set(info["sampled"])
+    assert info["mode"] == "goal" and {"success_rate", "score_mean", "truncated_share"} <= set(info["sampled"])
     model, tok = load_pretrained(out)
     assert model.config.vocab_size == len(tok)
 

@@ -54,7 +54,9 @@ def test_cpu_preset_plans_every_rule(tmp_path):
     # 4 methods x 1 task x 3 seeds = 12 cells, one eval seed each
     assert counts["train.json"] == 12 and counts["model"] == 12 and counts["json"] == 12 and counts["parquet"] == 12
     assert counts["train.parquet"] == counts["test.parquet"] == 1
-    assert "results/base/maze/base.json" in files
+    # one warm start per prompt form in use: grpo and max_at_k answer single, multi_rlvr and vpo multi
+    assert sorted(f for f in files if f.startswith("results/base/")) == [
+        "results/base/maze/multi/base.json", "results/base/maze/single/base.json"]
     for target in ["figures/pass_at_k.pdf", "figures/best_at_k.pdf", "figures/diversity_over_training.pdf",
                    "results/tables/main_table.csv", "results/tables/main_table.md", "results/tables/main_table.tex",
                    "results/tables/best_at_k_maze.tex", "results/tables/pass_at_k_maze.md",
@@ -81,7 +83,7 @@ def test_one_cell_is_rebuilt_alone(tmp_path):
     cell = "results/runs/maze/vpo/seed1"
     files = dryrun(tmp_path, targets=[f"{cell}/eval/evalseed0.json"])
     assert files == sorted(["results/data/maze/train.parquet", "results/data/maze/test.parquet",
-                            "results/base/maze/base.json", f"{cell}/train.json", f"{cell}/model",
+                            "results/base/maze/multi/base.json", f"{cell}/train.json", f"{cell}/model",
                             f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json"])
 
 

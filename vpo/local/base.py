@@ -1,11 +1,14 @@
-"""`vpo base-model`: the tiny base model of the CPU backend for one task (the warm start).
+"""`vpo base-model`: the tiny base model of the CPU backend for one task and prompt form (the warm start).
 
 It stands in for a pretrained model: a word-level tokenizer over the task's text, then a short
 supervised run on the task's synthetic demonstrations (`Task.demonstration`: well-formed answers
-of mixed quality) in every prompt form a method uses (single, multi with m answers, goal). The
-reward is never seen. The output directory is a Hugging Face model; `base.json` is written last,
-with a sampled success rate: RL needs some rollouts that reach the goal, or every group has zero
-reward variance.
+of mixed quality) in one prompt form (single, multi with m answers, or goal); each method starts
+from the base of its own form (`Method.prompt`). One model for all forms was tried first: it wrote
+clean multi-answer output for only half its samples, and RL then drifted single-answer policies
+into route tags (the single-answer parse reads any text, so nothing stopped it). The tokenizer is
+built from every form, so all bases of a task share it. The reward is never seen. The output
+directory is a Hugging Face model; `base.json` is written last, with a sampled success rate: RL
+needs some rollouts that reach the goal, or every group has zero reward variance.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ PROMPT_MODES = ("single", "multi", "goal")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name, e.g. maze")
+    parser.add_argument("--mode", required=True, choices=PROMPT_MODES,
+                        help="prompt form the base model answers (a method's `prompt`: single, multi or goal)")
     parser.add_argument("--data", required=True, help="directory with the task's train.parquet and test.parquet")
     parser.add_argument("--out", required=True, help="output model directory (Hugging Face format)")
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
@@ -46,14 +51,10 @@ def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
     return rewrite_prompt(row["prompt"], mode=mode, m=m, task=task, weights=weights)
 
 
-def demo_example(task, row: dict, rng: np.random.Generator, cfg: LocalTrainerSettings, m: int, seed: int):
-    """One (prompt messages, response text) pair with a drawn prompt form."""
-    if rng.random() < cfg.warm_start_multi_fraction:
-        mode, n_answers = "multi", m
-    else:
-        mode = "goal" if rng.random() < cfg.warm_start_goal_fraction else "single"
-        n_answers = 1
-    return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers), mode
+def demo_example(task, row: dict, rng: np.random.Generator, mode: str, m: int, seed: int):
+    """One (prompt messages, response text) pair in the given prompt form."""
+    n_answers = m if mode == "multi" else 1
+    return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers)
 
 
 def encode_example(tokenizer, messages, response: str) -> tuple[list[int], list[int]]:
@@ -64,35 +65,34 @@ def encode_example(tokenizer, messages, response: str) -> tuple[list[int], list[
     return prompt, answer
 
 
-def sampled_success(model, tokenizer, task, rows, cfg: LocalTrainerSettings, m: int, seed: int, n_prompts: int = 16,
-                    n_samples: int = 4) -> dict:
-    """Mean score and the share of samples with a solved answer (the reward's `acc`), per prompt form."""
+def sampled_success(model, tokenizer, task, rows, cfg: LocalTrainerSettings, mode: str, m: int, seed: int,
+                    n_prompts: int = 16, n_samples: int = 4) -> dict:
+    """Mean score, the share of samples with a solved answer (the reward's `acc`) and the share that
+    hit the token limit, for prompts of the given form."""
     from vpo.generate import SamplingSettings, render_prompts, sample_responses
     from vpo.reward import compute_score
 
-    out = {}
     picked = rows[:n_prompts]
-    for mode in ("single", "multi"):
-        n_answers = m if mode == "multi" else 1
-        texts = render_prompts(tokenizer, [prompt_variant(task, r, mode, m, seed) for r in picked])
-        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        sampling = SamplingSettings(temperature=1.0, max_new_tokens=cfg.max_new_tokens_for(mode), seed=seed)
-        responses = sample_responses(model, tokenizer, ids, n_samples, sampling, batch_size=cfg.generation_batch)
-        scores, solved = [], []
-        for i, resp in enumerate(responses):
-            row = picked[i // n_samples]
-            extra = {**row.get("extra_info", {}), "num_solutions": n_answers}
-            result = compute_score(row["data_source"], tokenizer.decode(resp, skip_special_tokens=True),
-                                   row["reward_model"]["ground_truth"], extra)
-            scores.append(float(result["score"]))
-            solved.append(result["acc"] == 1.0)  # some answer solved (the reward's own verdict)
-        out[f"{mode}/score_mean"] = float(np.mean(scores))
-        out[f"{mode}/success_rate"] = float(np.mean(solved))
-    return out
+    n_answers = m if mode == "multi" else 1
+    texts = render_prompts(tokenizer, [prompt_variant(task, r, mode, m, seed) for r in picked])
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    limit = cfg.max_new_tokens_for(mode)
+    sampling = SamplingSettings(temperature=1.0, max_new_tokens=limit, seed=seed)
+    responses = sample_responses(model, tokenizer, ids, n_samples, sampling, batch_size=cfg.generation_batch)
+    scores, solved = [], []
+    for i, resp in enumerate(responses):
+        row = picked[i // n_samples]
+        extra = {**row.get("extra_info", {}), "num_solutions": n_answers}
+        result = compute_score(row["data_source"], tokenizer.decode(resp, skip_special_tokens=True),
+                               row["reward_model"]["ground_truth"], extra)
+        scores.append(float(result["score"]))
+        solved.append(result["acc"] == 1.0)  # some answer solved (the reward's own verdict)
+    return {"score_mean": float(np.mean(scores)), "success_rate": float(np.mean(solved)),
+            "truncated_share": float(np.mean([len(r) >= limit for r in responses]))}
 
 
-def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrainerSettings, *, m: int = 3,
-                     seed: int = 0, preset: str = "", config_hash: str = "") -> dict:
+def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrainerSettings, *, mode: str,
+                     m: int = 3, seed: int = 0, preset: str = "", config_hash: str = "") -> dict:
     """Build tokenizer + model, warm-start it, save to out_dir; returns the base.json payload."""
     import torch
 
@@ -103,6 +103,8 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
     from vpo.local.rl import pack_rollouts, response_logprobs
     from vpo.task import resolve
 
+    if mode not in PROMPT_MODES:
+        raise ValueError(f"base model: prompt form {mode!r} is not one of {PROMPT_MODES}")
     t0 = time.time()
     task = resolve(task_name)
     if cfg.threads:
@@ -128,7 +130,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
         lr = cfg.warm_start_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.warm_start_steps))))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, cfg, m, seed)[:2])
+        batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, mode, m, seed))
                  for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
         input_ids, attention, positions, mask, width_p = pack_rollouts([b[0] for b in batch], [b[1] for b in batch],
                                                                        tokenizer.pad_token_id)
@@ -144,13 +146,13 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
         losses.append(float(loss.detach()))
         progress.update(step + 1, f"loss {losses[-1]:.4f}")
     model.eval()
-    sampled = sampled_success(model, tokenizer, task, train_rows, cfg, m, seed)
-    if sampled["single/success_rate"] == 0 and sampled["multi/success_rate"] == 0:
+    sampled = sampled_success(model, tokenizer, task, train_rows, cfg, mode, m, seed)
+    if sampled["success_rate"] == 0:
         log.warning("the warm-started model never reaches the goal in its samples: RL will see zero reward "
                     "variance; raise local_trainer.warm_start_steps or the model size")
     save_pretrained_atomic(model, tokenizer, out_dir)
     payload = {
-        "task": task_name, "preset": preset, "seed": seed, "m": m, "config_hash": config_hash,
+        "task": task_name, "mode": mode, "preset": preset, "seed": seed, "m": m, "config_hash": config_hash,
         "parameters": count_parameters(model), "vocab_size": len(tokenizer),
         "warm_start_steps": cfg.warm_start_steps, "final_loss": float(np.mean(losses[-10:])) if losses else None,
         "sampled": sampled, "settings": cfg.to_dict(), "wall_time_s": round(time.time() - t0, 2),
@@ -167,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.preset)
     settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
     m = int(task_settings(cfg, args.task)["m"])
-    payload = build_base_model(args.task, args.data, args.out, settings, m=m, seed=args.seed,
+    payload = build_base_model(args.task, args.data, args.out, settings, mode=args.mode, m=m, seed=args.seed,
                                preset=cfg["preset"], config_hash=cell_digest(cfg, args.task))
     print(json.dumps({k: payload[k] for k in ("parameters", "vocab_size", "final_loss", "sampled", "wall_time_s")}))
     return 0

@@ -26,8 +26,6 @@ class LocalTrainerSettings:
     warm_start_steps: int  # optimizer steps
     warm_start_batch: int  # sequences per step
     warm_start_lr: float  # AdamW learning rate (cosine decay to 10%)
-    warm_start_multi_fraction: float  # share of multi-answer demonstrations (rest single/goal)
-    warm_start_goal_fraction: float  # share of goal-conditioned prompts among single-answer ones
     # -- RL loop --
     steps: int  # RL steps (one batch of prompts each)
     prompts_per_step: int  # prompts per step (veRL train_batch_size)

@@ -94,6 +94,12 @@ def train_local(spec: RunSpec) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
+    base = Path(spec.base_model)
+    built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
+    if built.get("mode", method.prompt) != method.prompt:
+        raise ValueError(f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
+                         f"{built['mode']} prompts; pass results/base/{spec.task}/{method.prompt} "
+                         f"(vpo base-model --mode {method.prompt})")
     rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
                         alpha=float(spec.method_settings.get("alpha", 1.0)))
     policy, tokenizer = load_pretrained(spec.base_model)
@@ -114,7 +120,6 @@ def train_local(spec: RunSpec) -> dict:
     torch.manual_seed(spec.seed)
     start_step = 0
     # what produced this run's checkpoints; a checkpoint made by anything else is never resumed
-    base = Path(spec.base_model)
     provenance = {
         "config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
         "base_model": file_digest(base / "model.safetensors"),
