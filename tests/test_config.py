@@ -150,8 +150,11 @@ def test_relative_data_paths_are_made_absolute_against_the_project(tmp_path):
 def test_scale_note_names_preset_and_scale():
     from vpo.config import scale_note
 
-    assert scale_note(load_config(CONFIG)) == ("cpu preset: 2-layer width-64 model trained on CPU, "
-                                                "70 RL steps of 8 x 8 rollouts")
+    cpu = load_config(CONFIG)
+    steps, side = cpu["local_trainer"]["steps"], cpu["task_settings"]["maze"]["data"]["size"]
+    assert scale_note(cpu) == (f"cpu preset: 2-layer width-64 model trained on CPU, {steps} RL steps of 8 x 8 "
+                               f"rollouts, maze {side}x{side}, 3 seeds")
+    assert scale_note(load_config(CONFIG, preset="ci")).endswith("rollouts, maze 9x9, 1 seed")
     paper = scale_note(load_config(CONFIG, preset="paper"))
     assert paper.startswith("paper preset: veRL on ") and "Qwen/Qwen3-4B" in paper
 

@@ -60,6 +60,9 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
                 "advantage/mean", "advantage/std"} <= set(r)
         assert all(f"reward/{name}" in r for name in objectives)
         assert 0.0 <= r["score_mean"] <= 1.0 and r["pool_diversity"] >= 0.0
+        assert 0.0 <= r["truncated_share"] <= 1.0
+        if r["truncated_share"] == 1.0:  # every rollout ran to the limit
+            assert r["response_length_mean"] == (40 if method == "vpo" else 16)
     if method == "vpo":
         assert "vpo/pool_expected_best_mean" in records[0]
     # keep_checkpoints = 2 of steps 2 and 4; the final model loads with from_pretrained.

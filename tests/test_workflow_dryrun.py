@@ -185,7 +185,7 @@ def test_installed_profile_works_by_name(tmp_path):
 
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
-    assert job_counts(cli_dryrun(tmp_path))["total"] == 51
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 52
 
 
 def test_a_dry_run_writes_nothing_under_results(tmp_path):

@@ -338,8 +338,14 @@ def scale_note(cfg: Mapping[str, Any]) -> str:
     """One line naming the preset and the scale a figure was made at (figure titles)."""
     if cfg["backend"] == "local":
         t = cfg["local_trainer"]
+        maze = ""
+        if "maze" in cfg["tasks"]:
+            side = task_settings(cfg, "maze")["data"].get("size", 9)
+            maze = f", maze {side}x{side}"
+        seeds = len(cfg["seeds"])
         return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model trained on CPU, "
-                f"{t['steps']} RL steps of {t['prompts_per_step']} x {t['rollouts_per_prompt']} rollouts")
+                f"{t['steps']} RL steps of {t['prompts_per_step']} x {t['rollouts_per_prompt']} rollouts{maze}, "
+                f"{seeds} seed{'s' if seeds != 1 else ''}")
     models = sorted({str(task_settings(cfg, task)["model"]) for task in cfg["tasks"]})
     return f"{cfg['preset']} preset: veRL on {', '.join(models)}"
 

@@ -82,7 +82,8 @@ def training_diagnostics(run_dir: Path) -> dict[str, Any]:
     if not records:
         return {}
     fifth = max(1, len(records) // 5)
-    keys = ["score_mean", "pool_diversity", "entropy", "parse_failure_rate"] + sorted(
+    keys = ["score_mean", "pool_diversity", "entropy", "parse_failure_rate", "response_length_mean",
+            "truncated_share"] + sorted(
         k for k in records[0] if k.startswith("reward/"))
 
     def mean(rows: list[dict], key: str) -> float | None:

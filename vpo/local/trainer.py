@@ -205,6 +205,8 @@ def train_local(spec: RunSpec) -> dict:
             **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
             "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
             "response_length_mean": float(mask.sum(1).mean()),
+            # stopped by max_new_tokens before the end-of-sequence token
+            "truncated_share": float(np.mean([not r or r[-1] != tokenizer.eos_token_id for r in responses])),
             **{key: float(np.mean(values)) for key, values in stats.items()},
             "generation_s": round(t_gen, 4),
             "step_s": round(time.time() - t_step, 4),
