@@ -29,6 +29,8 @@ except ConfigError as err:
 
 PRESET = CFG["preset"]
 BACKEND = CFG["backend"]
+# cells train from the tiny CPU base models: the local trainer, and veRL on CPU (verl.device: cpu)
+TINY_BASE = BACKEND == "local" or CFG["verl"]["device"] == "cpu"
 METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 
 # Every `vpo` command reads a snapshot of the resolved config, so --configfile/--config overrides
@@ -109,16 +111,16 @@ def per_attempt(rule_family, key):
 
 
 def train_gpus(wildcards):
-    return task_settings(CFG, wildcards.task)["gpus"] if BACKEND == "verl" else 0
+    return task_settings(CFG, wildcards.task)["gpus"] if BACKEND == "verl" and not TINY_BASE else 0
 
 
 def eval_gpus(wildcards):
-    return task_settings(CFG, wildcards.task)["eval"]["gpus"] if BACKEND == "verl" else 0
+    return task_settings(CFG, wildcards.task)["eval"]["gpus"] if BACKEND == "verl" and not TINY_BASE else 0
 
 
 def train_inputs(wildcards):
     inputs = {"data": f"{DATA}/train.parquet".format(task=wildcards.task)}
-    if BACKEND == "local":
+    if TINY_BASE:
         inputs["base"] = f"{BASE}/base.json".format(task=wildcards.task, prompt=get_method(wildcards.method).prompt)
     return inputs
 

@@ -138,10 +138,16 @@ def _cfg_with(paper_cfg, model, **verl):
     return deep_merge(paper_cfg, {"task_settings": {"maze": {"model": str(model)}}, "verl": verl})
 
 
-def test_preflight_passes_a_good_cell(paper_cfg, launcher, cell, tmp_path):
+def test_preflight_passes_a_good_cell_on_a_gpu_node_only(paper_cfg, launcher, cell, tmp_path, monkeypatch):
+    import torch
+
     data, model = cell
     cfg = _cfg_with(paper_cfg, model)
     command = launcher.build_command(cfg, "maze", "vpo", 0, tmp_path / "run", data)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # this machine
+    with pytest.raises(launcher.PreflightError, match=r"asks for 4 GPU\(s\) but torch sees 0 .* preset=verl_cpu"):
+        launcher.preflight(cfg, "maze", "vpo", command)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # a node with the cell's 4 GPUs
     launcher.preflight(cfg, "maze", "vpo", command)  # includes veRL's registry and validate_config
 
 

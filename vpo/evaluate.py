@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--train-seed", type=int, default=None, help="default: parsed from `seed<N>` in --model")
     parser.add_argument("--backend", choices=("transformers", "vllm"), default=None,
-                        help="generation backend (default: transformers for backend local, vllm for verl)")
+                        help="generation backend (default: vllm for veRL on GPUs, else transformers)")
     parser.add_argument("--n-problems", type=int, default=None, help="evaluate only the first N test problems")
     parser.add_argument("--batch-size", type=int, default=256, help="transformers backend: sequences per batch")
 
@@ -160,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.preset)
     settings = task_settings(cfg, args.task)
-    backend = args.backend or ("transformers" if cfg["backend"] == "local" else "vllm")
+    on_gpu = cfg["backend"] == "verl" and cfg["verl"]["device"] != "cpu"
+    backend = args.backend or ("vllm" if on_gpu else "transformers")
     threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
     if backend == "transformers" and threads > 0:
         import torch

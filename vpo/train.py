@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, required=True, help="training seed")
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
     parser.add_argument("--data", required=True, help="directory with train.parquet / test.parquet")
-    parser.add_argument("--base-model", default=None, help="local backend: the `vpo base-model` directory")
+    parser.add_argument("--base-model", default=None, help="the `vpo base-model` directory (local backend; veRL on CPU: replaces the task's model)")
     parser.add_argument("--out", required=True, help="run directory, e.g. results/runs/maze/vpo/seed0")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--print-command", action="store_true", help="verl backend: print the command only")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         from vpo.verl_ext.launcher import train_cell
 
         return int(train_cell(cfg, args.task, args.method, args.seed, args.out, args.data,
-                              print_command=args.print_command) or 0)
+                              print_command=args.print_command, model=args.base_model) or 0)
 
     from vpo.local.settings import LocalTrainerSettings
     from vpo.local.trainer import RunSpec, train_local

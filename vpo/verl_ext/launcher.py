@@ -108,8 +108,40 @@ def run_name(task: str, method: str, seed: int) -> str:
     return f"{method}_{task}_seed{seed}"
 
 
-def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir) -> CellCommand:
-    """The veRL command and environment of one cell (no checks beyond what building needs)."""
+# On CPU (verl.device: cpu): the platform and rollout of vpo/verl_ext/cpu, one worker, Ray's pools fed
+# with fake GPU slots, one TransferQueue storage unit (more stall on 2 cores), no flash attention or
+# remove-padding kernels. Facts and veRL line numbers: verl/README.md, "CPU mode".
+CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}  # cuda: veRL's FSDP engine, which runs on CPU
+
+
+def cpu_overrides(gpus: int) -> list[str]:
+    return [
+        f"+ray_kwargs.ray_init.num_gpus={gpus}",
+        # logical CPUs: 3 per worker bundle (veRL's max_colocate_count), the task runner, TransferQueue's
+        # controller and storage unit, the rollout servers take none
+        f"++ray_kwargs.ray_init.num_cpus={3 * gpus + 6}",
+        "trainer.device=cpu",
+        # FSDP2: FSDP1's sync_module_states needs GPU tensors
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2",
+        "actor_rollout_ref.rollout.name=transformers",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "data.dataloader_num_workers=0",
+    ]
+
+
+def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
+                  model: str | None = None) -> CellCommand:
+    """The veRL command and environment of one cell (no checks beyond what building needs).
+
+    model: a local model directory that replaces the task's `model` (the CPU device trains the
+    tiny base model of the method's prompt form)."""
     from vpo.config import method_settings, task_settings, verl_settings
     from vpo.methods import get_method
     from vpo.verl_ext.estimators import estimator_for_method
@@ -119,7 +151,8 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     tset = task_settings(cfg, task)
     out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
     gpus = int(settings["gpus"] or tset.get("gpus") or 1)
-    model = str(tset["model"])
+    model = str(model or tset["model"])
+    cpu = settings["device"] == "cpu"
     if model.startswith(("~", ".", "/")) or Path(model).expanduser().exists():  # a local directory
         model = str(Path(model).expanduser().resolve())
     preset_name, batch = choose_batch_preset(settings, model, gpus)
@@ -189,6 +222,11 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
                 "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
         # quoted: Ray accepts only strings, and Hydra would turn `false` or `1e5` into a bool or float
         overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
+    if cpu:
+        overrides += cpu_overrides(gpus)
+        env.update(CPU_ENV)
+        for key, value in CPU_ENV.items():
+            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
     overrides += [str(o) for o in settings.get("overrides") or []]
 
     argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
@@ -270,7 +308,7 @@ def claim_checkpoints(checkpoint_dir: Path, provenance: Mapping[str, Any]) -> st
 
 
 def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
-               print_command: bool = False) -> int:
+               print_command: bool = False, model: str | None = None) -> int:
     """Train one cell with veRL; returns the exit status (0 = trained, train.json written; 2 = the
     preflight rejected the cell, with the reason on stderr; else veRL's status).
 
@@ -283,7 +321,7 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
     started = time.time()
     try:
         check_cell(cfg, task, method)
-        command = build_command(cfg, task, method, int(seed), out_dir, data_dir)
+        command = build_command(cfg, task, method, int(seed), out_dir, data_dir, model=model)
         if print_command:
             print(command.shell())
             return 0

@@ -1,6 +1,7 @@
 """The checks that fail a bad veRL cell in seconds, before Ray starts: unknown method or task, missing
 data or model, batch sizes that do not divide the GPUs, m answers that cannot fit the response
-length, an estimator veRL does not know, a config veRL's own validate_config rejects. Each raises
+length, a GPU cell on a machine without its GPUs, an estimator veRL does not know, a config veRL's
+own validate_config rejects. Each raises
 PreflightError naming the problem and the fix."""
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ def check_files(command: CellCommand) -> None:
                                  "to a Hugging Face model directory or a hub id)")
     elif not _HUB_ID.match(model):
         raise PreflightError(f"model {model!r} is neither an existing directory nor a hub id like 'Qwen/Qwen3-4B'")
+
+
+def check_device(device: str, gpus: int) -> None:
+    """A GPU cell on a machine whose torch sees fewer GPUs than it asks for fails here, not in Ray."""
+    if device != "cuda":
+        return
+    import torch
+
+    seen = torch.cuda.device_count()
+    if seen < gpus:
+        raise PreflightError(f"this cell asks for {gpus} GPU(s) but torch sees {seen} on this machine: run the "
+                             "paper preset on GPU nodes (--profile profiles/slurm or profiles/lsf), or run veRL's "
+                             "trainer here on CPU with `snakemake --config preset=verl_cpu`")
 
 
 def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_answer: int) -> None:
@@ -102,5 +116,6 @@ def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellComma
     check_files(command)
     m = int(tset["m"]) if spec.multi_answer else 1
     check_sizes(command, m, int(tset["max_response_length"][spec.prompt]), int(settings["min_tokens_per_answer"]))
+    check_device(settings["device"], command.gpus)  # after the checks of the cell itself
     if with_verl:
         check_with_verl(command)
