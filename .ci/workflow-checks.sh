@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Workflow checks for CI (run as root on Debian 12): lint, the plan of every profile, then the ci
-# preset through a real single-node Slurm, checking that every job ran as a Slurm job.
+# Workflow checks for CI (run as root on Debian 12): lint, the plan of every profile, the ci preset
+# through a real single-node Slurm (checking that every job ran as a Slurm job), then the verl_cpu
+# preset (veRL's own trainer on CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -52,6 +53,15 @@ done
 cat "$work/results/tables/main_table.md"
 bash .ci/stop-slurm.sh
 trap - EXIT
+
+echo "== the verl_cpu preset: veRL's own trainer on CPU, preprocess to figures"
+vwork=$(mktemp -d)
+start=$(date +%s)
+timeout -k 30 1800 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$vwork" \
+  --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" --cores all --config preset=verl_cpu
+echo "verl_cpu preset: $(( $(date +%s) - start )) s"
+"$REPO/.venv/bin/python" .ci/check_verl_cpu.py "$vwork"
+rm -rf "$vwork"
 
 echo "== snakemake --report"
 "$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --report "$work/report.html"
