@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import threading
 from collections import UserDict
 from importlib.metadata import entry_points
 from typing import Any, Iterator, Sequence
@@ -149,14 +150,29 @@ ENTRY_POINT_GROUP = "vpo.tasks"
 
 
 class TaskRegistry(UserDict):
-    """name -> Task; every read first loads the `vpo.tasks` entry points (once per process)."""
+    """name -> Task; every read first loads the `vpo.tasks` entry points (once per process).
+
+    Thread-safe: veRL's reward workers score many responses at once in threads, and a thread that
+    read the registry while another was still loading it used to find it empty."""
 
     _discovered = False
+    _loading = False
+    _lock = threading.RLock()
 
     def _discover(self) -> None:
         if self._discovered:
             return
-        self._discovered = True  # set first: loading a plugin may read the registry
+        with self._lock:  # other threads wait here until the entry points are loaded
+            if self._discovered or self._loading:
+                return  # loaded meanwhile, or a plugin being loaded by this thread reads the registry
+            self._loading = True
+            try:
+                self._load_entry_points()
+            finally:
+                self._loading = False
+            self._discovered = True
+
+    def _load_entry_points(self) -> None:
         for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             try:
                 task = entry.load()
