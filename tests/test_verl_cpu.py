@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 
-from vpo.verl_ext.cpu.rollout import TransformersServer, sample_one  # noqa: E402
+from vpo.verl_ext.cpu.rollout import TransformersServer, sample_batch  # noqa: E402
 
 REGISTRATION = textwrap.dedent('''
     import json, os, socket
@@ -103,38 +103,52 @@ def _logprobs_by_full_forward(model, prompt, tokens):
     return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(tokens)]
 
 
-def test_sampling_with_the_cache_matches_full_forwards(tiny_llama):
-    prompt = [0, 5, 9, 11, 3]
-    greedy, logp = sample_one(tiny_llama, prompt, max_tokens=8, temperature=0.0, top_p=1.0, top_k=-1,
-                              eos_token_id=None, with_logprobs=True)
-    assert len(greedy) == 8
+def _greedy_by_hand(model, prompt, n):
     ids = list(prompt)
-    for token in greedy:  # greedy by hand, one full forward per token
+    for _ in range(n):  # one full forward per token, no cache, no padding
         with torch.no_grad():
-            ids.append(int(tiny_llama(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    assert ids[len(prompt):] == greedy
-    assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, greedy), abs=1e-5)
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_batched_sampling_matches_one_prompt_at_a_time_forwards(tiny_llama):
+    prompts = [[0, 5, 9, 11, 3], [0, 7], [0, 4, 4, 8]]  # different lengths: left padding in the batch
+    greedy = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], temperature=0.0, top_p=1.0, top_k=-1,
+                          eos_token_id=None, pad_token_id=2, with_logprobs=True)
+    for prompt, limit, (tokens, logp) in zip(prompts, [8, 8, 3], greedy):
+        assert tokens == _greedy_by_hand(tiny_llama, prompt, limit)  # each row stops at its own limit
+        assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, tokens), abs=1e-4)
     torch.manual_seed(3)
-    top1, _ = sample_one(tiny_llama, prompt, max_tokens=8, temperature=1.0, top_p=1.0, top_k=1,
-                         eos_token_id=None, with_logprobs=False)
-    assert top1 == greedy  # top-k 1 leaves only the argmax
+    top1 = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], temperature=1.0, top_p=1.0, top_k=1,
+                        eos_token_id=None, pad_token_id=2, with_logprobs=False)
+    assert [t for t, _ in top1] == [t for t, _ in greedy]  # top-k 1 leaves only the argmax
+    assert all(lp is None for _, lp in top1)
     torch.manual_seed(3)
-    sampled, logp = sample_one(tiny_llama, prompt, max_tokens=30, temperature=1.0, top_p=0.9, top_k=-1,
-                               eos_token_id=1, with_logprobs=True)
-    assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, sampled), abs=1e-5)
-    assert 1 not in sampled[:-1]  # stops at the end-of-sequence token
+    sampled = sample_batch(tiny_llama, prompts * 4, max_tokens=[30] * 12, temperature=1.0, top_p=0.9, top_k=-1,
+                           eos_token_id=1, pad_token_id=2, with_logprobs=True)
+    for prompt, (tokens, logp) in zip(prompts * 4, sampled):
+        assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, tokens), abs=1e-4)
+        assert 1 not in tokens[:-1] and (tokens[-1] == 1 or len(tokens) == 30)  # ends at EOS or the limit
+    assert len({tuple(t) for t, _ in sampled}) > 3  # sampling, not greedy
 
 
 def test_server_generates_within_limits_and_takes_new_weights(tiny_llama, tmp_path):
     tiny_llama.save_pretrained(tmp_path / "model")
     server = TransformersServer({"prompt_length": 16, "response_length": 6, "max_model_len": None},
                                 {"path": str(tmp_path / "model")})
-    out = asyncio.run(server.generate("r1", prompt_ids=[0, 5, 9], sampling_params={
-        "temperature": 0, "top_p": 1.0, "top_k": -1, "logprobs": True}))
-    assert 1 <= len(out.token_ids) <= 6 and len(out.log_probs) == len(out.token_ids)
-    assert out.stop_reason == "completed"
-    capped = asyncio.run(server.generate("r2", prompt_ids=[0] * 20, sampling_params={"temperature": 0, "max_tokens": 50}))
-    assert len(capped.token_ids) <= 22 - 20 and capped.log_probs is None  # room left in 16 + 6 positions
+    greedy = {"temperature": 0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+
+    async def step():  # as veRL's agent loop does: every request of a step at once
+        return await asyncio.gather(
+            server.generate("r1", prompt_ids=[0, 5, 9], sampling_params=greedy),
+            server.generate("r2", prompt_ids=[0] * 20, sampling_params={"temperature": 0, "max_tokens": 50}),
+            server.generate("r3", prompt_ids=[0, 7], sampling_params=greedy))
+
+    out, capped, other = asyncio.run(step())
+    assert out.token_ids == _greedy_by_hand(tiny_llama, [0, 5, 9], 6)  # response_length 6, no EOS in 40 ids
+    assert len(out.log_probs) == 6 and out.stop_reason == "completed"
+    assert other.token_ids == _greedy_by_hand(tiny_llama, [0, 7], 6)
+    assert len(capped.token_ids) == 22 - 20 and capped.log_probs is None  # room left in 16 + 6 positions
 
     new = {k: v + 0.5 for k, v in tiny_llama.state_dict().items()}
     assert asyncio.run(server.load_weights(new))["updates"] == 1

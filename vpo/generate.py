@@ -102,6 +102,19 @@ def render_prompts(tokenizer, prompts: Sequence[Sequence[dict]]) -> list[str]:
     ]
 
 
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int):
+    """Prompts as a left-padded batch: input_ids (B, P) long and attention_mask (B, P) long."""
+    import torch
+
+    width = max(len(ids) for ids in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for row, ids in enumerate(prompt_ids):
+        input_ids[row, width - len(ids):] = torch.tensor(list(ids), dtype=torch.long)
+        attention[row, width - len(ids):] = 1
+    return input_ids, attention
+
+
 def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: int, sampling: SamplingSettings,
                      *, batch_size: int = 256, progress: bool = False) -> list[list[int]]:
     """Sample `n` responses per prompt; returns len(prompt_ids) * n token-id lists, prompt-major.
@@ -125,12 +138,8 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     tracker = Progress(len(flat), "generate: sequences") if progress else None
     for start in range(0, len(flat), batch_size):
         batch = flat[start:start + batch_size]
-        width = max(len(ids) for ids in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, ids in enumerate(batch):
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids):] = 1
+        input_ids, attention = left_pad(batch, pad)
+        width = input_ids.shape[1]
         with torch.no_grad():
             generated = model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device),

@@ -5,14 +5,16 @@ in-worker *adapter* next to the training engine that pushes new weights to its s
 classes here fill those roles with a plain Hugging Face model:
 
     TransformersServer   the Ray actor: `generate(request_id, prompt_ids, sampling_params)` ->
-                         TokenOutput (token ids, and log-probs when asked), `load_weights`, and the
+                         TokenOutput (token ids, and log-probs when asked), batched across
+                         concurrent requests; `load_weights`; and the
                          control calls veRL makes on every server (no-ops here)
     TransformersReplica  starts the server of a replica (`launch_servers`)
     TransformersAdapter  the in-worker BaseRollout: consumes the trainer's (name, tensor) stream
                          (every rank must) and hands the full state to its server
 
-Requests are answered one at a time, in arrival order: this is for running the cluster path on
-any machine, not for speed.
+Requests that arrive together (veRL sends one per sample, a whole step's at once) are answered in
+batches of equal sampling settings. This is for running the cluster path on any machine, not for
+speed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from vpo.verl_ext.cpu import ROLLOUT_NAME
 
+BATCH = 64  # requests per generate call
+
 log = logging.getLogger(__name__)
 
 
@@ -44,42 +48,38 @@ def server_name(replica_rank: int, node_rank: int = 0) -> str:
     return f"{ROLLOUT_NAME}_server_{replica_rank}_{node_rank}"
 
 
-def sample_one(model, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float, top_k: int,
-               eos_token_id: int | None, with_logprobs: bool) -> tuple[list[int], list[float] | None]:
-    """Sample one continuation token by token with the KV cache.
+def sample_batch(model, prompts: list[list[int]], *, max_tokens: list[int], temperature: float, top_p: float,
+                 top_k: int, eos_token_id: int | None, pad_token_id: int, with_logprobs: bool
+                 ) -> list[tuple[list[int], list[float] | None]]:
+    """Sample one continuation per prompt in one left-padded `generate` call with the KV cache.
 
-    Log-probs are of the model's own distribution (raw logits, before temperature and top-p), as
-    veRL's vLLM server reports them. Temperature 0 is greedy decoding.
+    Each row stops at its end-of-sequence token or at its own `max_tokens`. Log-probs are of the
+    model's own distribution (raw logits, before temperature and top-p), as veRL's vLLM server
+    reports them. Temperature 0 is greedy decoding; top_k <= 0 means no top-k cut.
     """
-    ids = torch.tensor([prompt_ids], dtype=torch.long)
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    past = None
+    from vpo.generate import left_pad
+
+    input_ids, attention = left_pad(prompts, pad_token_id)
+    width = input_ids.shape[1]
+    sampling = {"do_sample": False}
+    if temperature > 0:
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": max(0, top_k)}
     with torch.no_grad():
-        for _ in range(max_tokens):
-            out = model(input_ids=ids, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[0, -1].float()
-            if temperature <= 0:
-                token = int(torch.argmax(logits))
-            else:
-                scaled = logits / temperature
-                if top_k and top_k > 0:
-                    kth = torch.topk(scaled, min(top_k, scaled.numel())).values[-1]
-                    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-                probs = torch.softmax(scaled, dim=-1)
-                if top_p < 1.0:
-                    ordered, order = torch.sort(probs, descending=True)
-                    keep = torch.cumsum(ordered, 0) - ordered < top_p  # the smallest set reaching top_p
-                    probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
-                token = int(torch.multinomial(probs / probs.sum(), 1))
-            tokens.append(token)
-            if with_logprobs:
-                logprobs.append(float(torch.log_softmax(logits, dim=-1)[token]))
-            if eos_token_id is not None and token == eos_token_id:
-                break
-            ids = torch.tensor([[token]], dtype=torch.long)
-    return tokens, (logprobs if with_logprobs else None)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max(max_tokens),
+                             pad_token_id=pad_token_id, eos_token_id=eos_token_id, return_dict_in_generate=True,
+                             output_logits=with_logprobs, **sampling)
+    generated = out.sequences[:, width:]
+    logp = None
+    if with_logprobs:
+        raw = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)
+        logp = raw.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+    results = []
+    for row, limit in enumerate(max_tokens):
+        tokens = generated[row, :limit].tolist()
+        if eos_token_id in tokens:
+            tokens = tokens[: tokens.index(eos_token_id) + 1]
+        results.append((tokens, logp[row, :len(tokens)].tolist() if with_logprobs else None))
+    return results
 
 
 class TransformersServer:
@@ -98,10 +98,14 @@ class TransformersServer:
         self.prompt_length = int(_get(config, "prompt_length"))
         self.response_length = int(_get(config, "response_length"))
         self.max_model_len = int(_get(config, "max_model_len") or self.prompt_length + self.response_length)
+        self.pad_token_id = self.model.config.pad_token_id
+        if self.pad_token_id is None:
+            self.pad_token_id = self.eos_token_id
         self.global_steps = None
         self.weight_updates = 0
-        self.lock = asyncio.Lock()
-        self.seed = int(_get(config, "seed", 0) or 0) + 1000 * replica_rank
+        self.lock = asyncio.Lock()  # generation and weight updates never overlap
+        self.pending: list[tuple[list[int], tuple, int, asyncio.Future]] = []
+        self.drainer: asyncio.Task | None = None
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, video_data: Any = None, **kwargs) -> TokenOutput:
@@ -115,14 +119,40 @@ class TransformersServer:
         if max_tokens is None:
             max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
         max_tokens = max(1, min(int(max_tokens), room))
-        async with self.lock:
-            tokens, logprobs = await asyncio.to_thread(
-                sample_one, self.model, list(prompt_ids), max_tokens=max_tokens,
-                temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
-                top_k=int(params.get("top_k", -1) or -1), eos_token_id=self.eos_token_id,
-                with_logprobs=bool(params.get("logprobs")))
+        key = (float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)),
+               int(params.get("top_k", -1) or -1), bool(params.get("logprobs")))
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((list(prompt_ids), key, max_tokens, future))
+        if self.drainer is None or self.drainer.done():
+            self.drainer = asyncio.create_task(self._drain())
+        tokens, logprobs = await future
         return TokenOutput(token_ids=tokens, log_probs=logprobs, stop_reason="completed",
                            extra_fields={"global_steps": self.global_steps})
+
+    async def _drain(self) -> None:
+        """Answer the waiting requests in batches of equal sampling settings (veRL sends one request
+        per sample, all of a step's at once)."""
+        while self.pending:
+            await asyncio.sleep(0.02)  # let the rest of a step's requests arrive
+            waiting, self.pending = self.pending, []
+            groups: dict[tuple, list] = {}
+            for request in waiting:
+                groups.setdefault(request[1], []).append(request)
+            for (temperature, top_p, top_k, logprobs), requests in groups.items():
+                for start in range(0, len(requests), BATCH):
+                    chunk = requests[start:start + BATCH]
+                    try:
+                        async with self.lock:
+                            results = await asyncio.to_thread(
+                                sample_batch, self.model, [r[0] for r in chunk], max_tokens=[r[2] for r in chunk],
+                                temperature=temperature, top_p=top_p, top_k=top_k, eos_token_id=self.eos_token_id,
+                                pad_token_id=self.pad_token_id, with_logprobs=logprobs)
+                    except Exception as err:  # every waiting request learns why
+                        for request in chunk:
+                            request[3].set_exception(err)
+                        continue
+                    for request, result in zip(chunk, results):
+                        request[3].set_result(result)
 
     async def load_weights(self, state: dict[str, torch.Tensor]) -> dict[str, int]:
         """Replace the model's weights with the trainer's; every parameter must be given."""
