@@ -336,15 +336,21 @@ def cell_digest(cfg: Mapping[str, Any], task: str, method: str | None = None) ->
 
 def scale_note(cfg: Mapping[str, Any]) -> str:
     """One line naming the preset and the scale a figure was made at (figure titles)."""
-    if cfg["backend"] == "local":
+    if cfg["backend"] == "local" or cfg["verl"]["device"] == "cpu":  # the tiny CPU base models
         t = cfg["local_trainer"]
+        if cfg["backend"] == "local":
+            training = (f"trained on CPU, {t['steps']} RL steps of {t['prompts_per_step']} x "
+                        f"{t['rollouts_per_prompt']} rollouts")
+        else:
+            batch = cfg["verl"]["batch_presets"].get(cfg["verl"]["batch_preset"])
+            training = "trained by veRL on CPU" + (
+                f", {batch['train_batch_size']} x {batch['rollout_n']} rollouts per step" if batch else "")
         maze = ""
         if "maze" in cfg["tasks"]:
             side = task_settings(cfg, "maze")["data"].get("size", 9)
             maze = f", maze {side}x{side}"
         seeds = len(cfg["seeds"])
-        return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model trained on CPU, "
-                f"{t['steps']} RL steps of {t['prompts_per_step']} x {t['rollouts_per_prompt']} rollouts{maze}, "
+        return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model {training}{maze}, "
                 f"{seeds} seed{'s' if seeds != 1 else ''}")
     models = sorted({str(task_settings(cfg, task)["model"]) for task in cfg["tasks"]})
     return f"{cfg['preset']} preset: veRL on {', '.join(models)}"
