@@ -9,7 +9,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
-from vpo.config import preset_conflicts, scale_note, user_overrides, write_config
+from vpo.config import preset_conflicts, scale_note, trains_tiny_base, user_overrides, write_config
 from vpo.methods import PROMPT_KINDS, get_method
 
 
@@ -29,8 +29,7 @@ except ConfigError as err:
 
 PRESET = CFG["preset"]
 BACKEND = CFG["backend"]
-# cells train from the tiny CPU base models: the local trainer, and veRL on CPU (verl.device: cpu)
-TINY_BASE = BACKEND == "local" or CFG["verl"]["device"] == "cpu"
+TINY_BASE = trains_tiny_base(CFG)  # the local trainer, and veRL on CPU (verl.device: cpu)
 METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 
 # Every `vpo` command reads a snapshot of the resolved config, so --configfile/--config overrides
@@ -63,7 +62,7 @@ wildcard_constraints:
 
 # ---- paths (DESIGN.md section 4) --------------------------------------------------------------
 DATA = "results/data/{task}"
-BASE = "results/base/{task}/{prompt}"  # local backend: one warm start per prompt form (vpo/local/base.py)
+BASE = "results/base/{task}/{prompt}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
 CELL = "results/runs/{task}/{method}/seed{seed}"
 
 

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 
+from vpo.generate import SamplingSettings  # noqa: E402
 from vpo.verl_ext.cpu.rollout import TransformersServer, sample_batch  # noqa: E402
 
 REGISTRATION = textwrap.dedent('''
@@ -113,18 +114,18 @@ def _greedy_by_hand(model, prompt, n):
 
 def test_batched_sampling_matches_one_prompt_at_a_time_forwards(tiny_llama):
     prompts = [[0, 5, 9, 11, 3], [0, 7], [0, 4, 4, 8]]  # different lengths: left padding in the batch
-    greedy = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], temperature=0.0, top_p=1.0, top_k=-1,
+    greedy = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], sampling=SamplingSettings(temperature=0.0),
                           eos_token_id=None, pad_token_id=2, with_logprobs=True)
     for prompt, limit, (tokens, logp) in zip(prompts, [8, 8, 3], greedy):
         assert tokens == _greedy_by_hand(tiny_llama, prompt, limit)  # each row stops at its own limit
         assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, tokens), abs=1e-4)
     torch.manual_seed(3)
-    top1 = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], temperature=1.0, top_p=1.0, top_k=1,
+    top1 = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], sampling=SamplingSettings(top_k=1, seed=None),
                         eos_token_id=None, pad_token_id=2, with_logprobs=False)
     assert [t for t, _ in top1] == [t for t, _ in greedy]  # top-k 1 leaves only the argmax
     assert all(lp is None for _, lp in top1)
     torch.manual_seed(3)
-    sampled = sample_batch(tiny_llama, prompts * 4, max_tokens=[30] * 12, temperature=1.0, top_p=0.9, top_k=-1,
+    sampled = sample_batch(tiny_llama, prompts * 4, max_tokens=[30] * 12, sampling=SamplingSettings(top_p=0.9),
                            eos_token_id=1, pad_token_id=2, with_logprobs=True)
     for prompt, (tokens, logp) in zip(prompts * 4, sampled):
         assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, tokens), abs=1e-4)

@@ -334,9 +334,14 @@ def cell_digest(cfg: Mapping[str, Any], task: str, method: str | None = None) ->
     return settings_digest(cell_settings(cfg, task, method))
 
 
+def trains_tiny_base(cfg: Mapping[str, Any]) -> bool:
+    """Cells train from the tiny CPU base models (`vpo base-model`): the local trainer, and veRL on CPU."""
+    return cfg["backend"] == "local" or cfg["verl"]["device"] == "cpu"
+
+
 def scale_note(cfg: Mapping[str, Any]) -> str:
     """One line naming the preset and the scale a figure was made at (figure titles)."""
-    if cfg["backend"] == "local" or cfg["verl"]["device"] == "cpu":  # the tiny CPU base models
+    if trains_tiny_base(cfg):
         t = cfg["local_trainer"]
         if cfg["backend"] == "local":
             training = (f"trained on CPU, {t['steps']} RL steps of {t['prompts_per_step']} x "

@@ -156,12 +156,11 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import load_config, method_settings, task_settings
+    from vpo.config import load_config, method_settings, task_settings, trains_tiny_base
 
     cfg = load_config(args.config, args.preset)
     settings = task_settings(cfg, args.task)
-    on_gpu = cfg["backend"] == "verl" and cfg["verl"]["device"] != "cpu"
-    backend = args.backend or ("vllm" if on_gpu else "transformers")
+    backend = args.backend or ("transformers" if trains_tiny_base(cfg) else "vllm")
     threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
     if backend == "transformers" and threads > 0:
         import torch

@@ -24,10 +24,10 @@ import numpy as np
 
 from vpo.local.settings import LocalTrainerSettings
 from vpo.progress import Progress
+from vpo.prompts import PROMPT_MODES
 
 log = logging.getLogger("vpo.local.base")
 
-PROMPT_MODES = ("single", "multi", "goal")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

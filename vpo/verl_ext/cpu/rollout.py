@@ -29,6 +29,7 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from vpo.generate import SamplingSettings, hf_generate_kwargs, left_pad
 from vpo.verl_ext.cpu import ROLLOUT_NAME
 
 BATCH = 64  # requests per generate call
@@ -48,26 +49,22 @@ def server_name(replica_rank: int, node_rank: int = 0) -> str:
     return f"{ROLLOUT_NAME}_server_{replica_rank}_{node_rank}"
 
 
-def sample_batch(model, prompts: list[list[int]], *, max_tokens: list[int], temperature: float, top_p: float,
-                 top_k: int, eos_token_id: int | None, pad_token_id: int, with_logprobs: bool
+def sample_batch(model, prompts: list[list[int]], *, max_tokens: list[int], sampling: SamplingSettings,
+                 eos_token_id: int | None, pad_token_id: int, with_logprobs: bool
                  ) -> list[tuple[list[int], list[float] | None]]:
     """Sample one continuation per prompt in one left-padded `generate` call with the KV cache.
 
-    Each row stops at its end-of-sequence token or at its own `max_tokens`. Log-probs are of the
-    model's own distribution (raw logits, before temperature and top-p), as veRL's vLLM server
-    reports them. Temperature 0 is greedy decoding; top_k <= 0 means no top-k cut.
+    Each row stops at its end-of-sequence token or at its own `max_tokens` (`sampling.max_new_tokens`
+    is not read). Log-probs are of the model's own distribution (raw logits, before temperature and
+    top-p), as veRL's vLLM server reports them.
     """
-    from vpo.generate import left_pad
-
     input_ids, attention = left_pad(prompts, pad_token_id)
     width = input_ids.shape[1]
-    sampling = {"do_sample": False}
-    if temperature > 0:
-        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": max(0, top_k)}
+    kwargs = {**hf_generate_kwargs(sampling), "max_new_tokens": max(max_tokens)}
     with torch.no_grad():
-        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max(max_tokens),
-                             pad_token_id=pad_token_id, eos_token_id=eos_token_id, return_dict_in_generate=True,
-                             output_logits=with_logprobs, **sampling)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, pad_token_id=pad_token_id,
+                             eos_token_id=eos_token_id, return_dict_in_generate=True,
+                             output_logits=with_logprobs, **kwargs)
     generated = out.sequences[:, width:]
     logp = None
     if with_logprobs:
@@ -89,7 +86,6 @@ class TransformersServer:
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-        self.config = config
         path = _get(model_config, "local_path") or _get(model_config, "path")
         self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
         self.eos_token_id = self.model.generation_config.eos_token_id or self.model.config.eos_token_id
@@ -119,8 +115,9 @@ class TransformersServer:
         if max_tokens is None:
             max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
         max_tokens = max(1, min(int(max_tokens), room))
-        key = (float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)),
-               int(params.get("top_k", -1) or -1), bool(params.get("logprobs")))
+        key = (SamplingSettings(temperature=float(params.get("temperature", 1.0)),
+                                top_p=float(params.get("top_p", 1.0)), top_k=int(params.get("top_k", -1) or -1),
+                                seed=None), bool(params.get("logprobs")))
         future = asyncio.get_running_loop().create_future()
         self.pending.append((list(prompt_ids), key, max_tokens, future))
         if self.drainer is None or self.drainer.done():
@@ -138,15 +135,15 @@ class TransformersServer:
             groups: dict[tuple, list] = {}
             for request in waiting:
                 groups.setdefault(request[1], []).append(request)
-            for (temperature, top_p, top_k, logprobs), requests in groups.items():
+            for (sampling, logprobs), requests in groups.items():
                 for start in range(0, len(requests), BATCH):
                     chunk = requests[start:start + BATCH]
                     try:
                         async with self.lock:
                             results = await asyncio.to_thread(
                                 sample_batch, self.model, [r[0] for r in chunk], max_tokens=[r[2] for r in chunk],
-                                temperature=temperature, top_p=top_p, top_k=top_k, eos_token_id=self.eos_token_id,
-                                pad_token_id=self.pad_token_id, with_logprobs=logprobs)
+                                sampling=sampling, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
+                                with_logprobs=logprobs)
                     except Exception as err:  # every waiting request learns why
                         for request in chunk:
                             request[3].set_exception(err)
