@@ -155,7 +155,23 @@ def figure_outputs():
     return figures + ["figures/mechanism_bandit.pdf", "figures/mechanism_advantage.pdf"]  # seconds, no model
 
 
+def case_study_methods():
+    """The methods of figures/lcb_case_study.pdf (the paper's: GRPO and VPO) that are in the grid."""
+    return [m for m in ("grpo", "vpo") if m in METHODS]
+
+
+def evolve_table_iterations():
+    """Columns of results/tables/evolve.*: a quarter, half and all of the search (paper: 50, 100, 200)."""
+    iterations = CFG["evolve"]["iterations"]
+    return sorted({max(1, round(iterations * share)) for share in (0.25, 0.5, 1.0)})
+
+
+def evolve_outputs():
+    figures = expand("figures/evolve_{task}.pdf", task=TASKS)
+    if "lcb" in TASKS and case_study_methods():
+        figures.append("figures/lcb_case_study.pdf")
+    return figures + expand("results/tables/evolve.{ext}", ext=["csv", "md", "tex"])
+
+
 def final_outputs():
-    # The LiveCodeBench case study and the evolutionary-search figures join here once their
-    # rules exist (rules/evolve.smk).
-    return figure_outputs() + table_outputs()
+    return figure_outputs() + table_outputs() + evolve_outputs()

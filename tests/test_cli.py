@@ -22,9 +22,9 @@ def test_every_subcommand_module_defines_its_parser_and_runner(name):
 
 
 def test_unknown_subcommand_is_refused_with_the_known_ones():
-    proc = subprocess.run([sys.executable, "-m", "vpo.cli", "evolve"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "vpo.cli", "evolution"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "invalid choice: 'evolve'" in proc.stderr and "preprocess" in proc.stderr
+    assert "invalid choice: 'evolution'" in proc.stderr and "preprocess" in proc.stderr
 
 
 def test_help_lists_subcommands_without_importing_torch():

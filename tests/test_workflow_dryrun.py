@@ -89,12 +89,15 @@ def test_one_cell_is_rebuilt_alone(tmp_path):
 
 def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_path):
     every = dryrun(tmp_path)
-    stage = {"data": 0, "base": 1, "train.json": 2, "model": 3, "eval": 4, "aggregate": 5}
+    # (aggregate before evolve: results/aggregate/evolve_maze.csv is an aggregate)
+    stage = {"data": 0, "base": 1, "train.json": 2, "model": 3, "eval": 4, "hardest": 5, "aggregate": 7, "evolve": 6}
     def level(path):
+        if path.startswith(("figures/", "results/tables/")):
+            return 8
         for key, value in stage.items():
             if f"/{key}" in path or path.endswith(key):
                 return value
-        return 6  # tables and figures
+        return 8  # tables and figures
     start = time.time() - 1000
     for path in sorted(every, key=level):  # an up-to-date tree: every output newer than its inputs
         target = tmp_path / path
@@ -111,7 +114,9 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     replanned = dryrun(tmp_path)
     assert replanned == sorted(
         [f"{cell}/model", f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json",
-         "results/aggregate/summary.csv", "results/aggregate/per_seed.csv", "results/aggregate/training_curves.csv"]
+         "results/aggregate/summary.csv", "results/aggregate/per_seed.csv", "results/aggregate/training_curves.csv",
+         "results/evolve/maze/hardest.json", "results/aggregate/evolve_maze.csv"]
+        + [f for f in every if "/evolve/" in f and f.startswith("results/runs/")]  # the hardest set may change
         + [f for f in every if f.startswith(("figures/", "results/tables/")) and "mechanism" not in f]
     )  # the bandit figure depends on no cell
 
@@ -150,7 +155,10 @@ PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggre
                 "main_table": 1, "curve_table": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
                 "figure_diversity_over_training": 1, "mechanism_bandit": 1, "figure_mechanism_bandit": 1,
                 "mechanism_advantage": 1, "figure_mechanism_advantage": 1,
-                "all": 1, "total": 593}
+                # evolutionary search: per task the hardest problems, 9 x 3 searches, curves, figure
+                "evolve_select": 5, "evolve_search": 135, "aggregate_evolve": 5, "figure_evolve": 5,
+                "figure_lcb_case_study": 1, "evolve_table": 1,
+                "all": 1, "total": 745}
 
 
 @pytest.mark.slow
@@ -185,7 +193,7 @@ def test_installed_profile_works_by_name(tmp_path):
 
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
-    assert job_counts(cli_dryrun(tmp_path))["total"] == 52
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 68
 
 
 def test_a_dry_run_writes_nothing_under_results(tmp_path):

@@ -16,6 +16,9 @@ Training (`vpo aggregate training`): each cell's `metrics.jsonl`, next to its `t
 marker, becomes rows `task, method, seed, step, pool_diversity` of one CSV. Both line formats are
 read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veRL's file logger's
 `{"step": 3, "data": {"...pool_diversity": 0.4, ...}}`.
+
+Evolutionary search (`vpo aggregate evolve`): each cell's `evolve/summary.json` and scores become
+rows `task, method, iteration, metric (solved | mean_best), mean, stderr, n_seeds, n_problems`.
 """
 
 from __future__ import annotations
@@ -168,6 +171,33 @@ def training_curve_stats(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=["task", "method", "step", "mean", "stderr", "n_seeds"])
 
 
+# ---- evolutionary search ----------------------------------------------------------------------
+def aggregate_evolve(summaries: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Each cell's search (`evolve/summary.json`, `scores.parquet` beside it) -> per task, method and
+    iteration: problems solved so far and mean best score so far, as mean and standard error over
+    training seeds. Columns: task, method, iteration, metric (solved | mean_best), mean, stderr, n_seeds,
+    n_problems."""
+    per_seed = []
+    for path in summaries:
+        meta = read_json_object(path)
+        scores = pd.read_parquet(Path(path).with_name("scores.parquet"))
+        per_iteration = scores.groupby("iteration").agg(solved=("solved", "sum"), mean_best=("best_score", "mean"),
+                                                        n_problems=("problem", "nunique"))
+        per_seed.append(per_iteration.reset_index().assign(task=meta["task"], method=meta["method"],
+                                                           train_seed=meta["train_seed"]))
+    if not per_seed:
+        raise ValueError("no search results given")
+    frame = pd.concat(per_seed, ignore_index=True).melt(
+        id_vars=["task", "method", "train_seed", "iteration", "n_problems"], value_vars=["solved", "mean_best"],
+        var_name="metric")
+    records = []
+    for (task, method, iteration, metric), group in frame.groupby(["task", "method", "iteration", "metric"]):
+        mean, stderr = mean_and_stderr(group["value"].to_numpy())
+        records.append(dict(task=task, method=method, iteration=iteration, metric=metric, mean=mean, stderr=stderr,
+                            n_seeds=group["train_seed"].nunique(), n_problems=int(group["n_problems"].max())))
+    return pd.DataFrame.from_records(records)
+
+
 # ---- writing ------------------------------------------------------------------------------------
 def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     """Write through vpo.atomic: a killed job leaves no complete-looking file."""
@@ -185,6 +215,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     training = sub.add_parser("training", help="train.json markers -> training curves CSV")
     training.add_argument("--out", required=True, help="CSV to write (task, method, seed, step, pool_diversity)")
     training.add_argument("markers", nargs="+", help="train.json of each cell; metrics.jsonl is read next to it")
+    evolve = sub.add_parser("evolve", help="evolve/summary.json of each cell -> search curves CSV")
+    evolve.add_argument("--out", required=True, help="CSV to write (task, method, iteration, metric, mean, stderr)")
+    evolve.add_argument("summaries", nargs="+", help="evolve/summary.json of each cell; scores.parquet beside it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
         write_csv(per_seed, Path(args.out_dir) / "per_seed.csv")
         write_csv(summary, Path(args.out_dir) / "summary.csv")
         print(f"aggregated {len(args.files)} eval results into {len(summary)} summary rows", file=sys.stderr)
+    elif args.what == "evolve":
+        curves = aggregate_evolve(args.summaries)
+        write_csv(curves, args.out)
+        print(f"collected the searches of {len(args.summaries)} cells", file=sys.stderr)
     else:
         curves = aggregate_training(args.markers)
         write_csv(curves, args.out)

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregate": ("vpo.aggregate", "collect every cell's eval results into one table with seed statistics"),
     "table": ("vpo.tables", "write a paper table (csv, md, tex) from aggregated results"),
     "plot": ("vpo.plots", "draw a paper figure from aggregated results"),
+    "evolve": ("vpo.evolve", "evolutionary search (OpenEvolve) with a cell's model on the hardest test problems"),
     "mechanism": ("vpo.mechanism", "train the toy vector-reward bandit with each estimator (mechanism figure data)"),
     "diagnose": ("vpo.diagnose", "what a finished cell's model writes: parse rate per slot, truncation, answer spread"),
     "install-profile": ("vpo.profiles", "copy profiles/slurm or profiles/lsf into ~/.config/snakemake (never overwrites)"),

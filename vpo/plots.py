@@ -6,6 +6,7 @@ of candidates k, line = mean over training seeds, band = ± one standard error.
 methods (paper Fig. 4), mean and standard-error band over training seeds.
 `vpo plot mechanism`: the toy bandit of `vpo.mechanism`: each method's policy mass per arm over
 steps, and the policy's E_w[best of m] and reward-space diversity over steps.
+`vpo plot evolve` / `vpo plot case-study`: the evolutionary search (`vpo.evolve_figures`).
 A method's colour is fixed across figures (its position in the method table).
 """
 
@@ -114,6 +115,36 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
         fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 
 
+def draw_curve_panel(ax, summary: pd.DataFrame, metric: str, methods: list[str], task: str,
+                     per_seed: pd.DataFrame | None = None) -> set[int]:
+    """One task's pass@k or best@k against k on `ax`, a line per method; returns the seed counts seen."""
+    from matplotlib.ticker import FuncFormatter
+
+    n_seeds = set()
+    for method in methods:
+        rows = summary[(summary.task == task) & (summary.method == method) & (summary.metric == metric)]
+        if rows.empty:
+            raise ValueError(f"summary has no {metric} for task={task} method={method}; was the cell evaluated?")
+        rows = rows.sort_values("k")
+        n_seeds.add(int(rows.n_seeds.min()))
+        seeds = None
+        if per_seed is not None:
+            mine = per_seed[(per_seed.task == task) & (per_seed.method == method) & (per_seed.metric == metric)]
+            seeds = [(g.sort_values("k").k.to_numpy(), g.sort_values("k").value.to_numpy())
+                     for _, g in mine.groupby("train_seed")]
+        draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
+                  marker="o" if len(rows) <= 12 else None, seeds=seeds)
+    ax.set_title(task_label(task))
+    budget = int(summary[(summary.task == task) & (summary.metric == metric)].k.max())
+    ax.set_xscale("log", base=2)  # pass@k and best@k change most at small k
+    ax.set_xticks([2 ** i for i in range(int(math.log2(budget)) + 1)] + ([budget] if budget & (budget - 1) else []))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("candidates k (log2 scale)")
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.grid(alpha=0.3)
+    return n_seeds
+
+
 def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out,
                 per_seed: pd.DataFrame | None = None, scale: str | None = None):
     """pass@k or best@k against k: one panel per task, every method (all must be present).
@@ -124,29 +155,7 @@ def plot_curves(summary: pd.DataFrame, metric: str, methods: list[str], tasks: l
     fig, axes = panel_grid(len(tasks))
     n_seeds = set()
     for ax, task in zip(axes, tasks):
-        for method in methods:
-            rows = summary[(summary.task == task) & (summary.method == method) & (summary.metric == metric)]
-            if rows.empty:
-                raise ValueError(f"summary has no {metric} for task={task} method={method}; was the cell evaluated?")
-            rows = rows.sort_values("k")
-            n_seeds.add(int(rows.n_seeds.min()))
-            seeds = None
-            if per_seed is not None:
-                mine = per_seed[(per_seed.task == task) & (per_seed.method == method) & (per_seed.metric == metric)]
-                seeds = [(g.sort_values("k").k.to_numpy(), g.sort_values("k").value.to_numpy())
-                         for _, g in mine.groupby("train_seed")]
-            draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                      marker="o" if len(rows) <= 12 else None, seeds=seeds)
-        from matplotlib.ticker import FuncFormatter
-
-        ax.set_title(task_label(task))
-        budget = int(summary[(summary.task == task) & (summary.metric == metric)].k.max())
-        ax.set_xscale("log", base=2)  # pass@k and best@k change most at small k
-        ax.set_xticks([2 ** i for i in range(int(math.log2(budget)) + 1)] + ([budget] if budget & (budget - 1) else []))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_xlabel("candidates k (log2 scale)")
-        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-        ax.grid(alpha=0.3)
+        n_seeds |= draw_curve_panel(ax, summary, metric, methods, task, per_seed)
     finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
            n_seeds=n_seeds, note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
     return fig
@@ -262,8 +271,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mechanism.add_argument("--bandit", required=True, help="results/mechanism/bandit.csv")
     advantage = sub.add_parser("advantage", help="the VPO advantage sweeps (from `vpo mechanism advantage`'s CSV)")
     advantage.add_argument("--sweeps", required=True, help="results/mechanism/advantage.csv")
-    mechanism.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
-    advantage.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
+    evolve = sub.add_parser("evolve", help="the evolutionary search on one task (from evolve_{task}.csv)")
+    evolve.add_argument("--task", required=True)
+    case = sub.add_parser("case-study", help="the LiveCodeBench case study (summary.csv and evolve_lcb.csv)")
+    case.add_argument("--summary", required=True, help="results/aggregate/summary.csv")
+    case.add_argument("--per-seed", default=None, help="results/aggregate/per_seed.csv (each seed drawn when < 3)")
+    for p in (evolve, case):
+        p.add_argument("--curves", required=True, help="results/aggregate/evolve_{task}.csv")
+        p.add_argument("--methods", required=True, help="comma-separated methods (legend order)")
+        p.add_argument("--scale", default=None, help="a line naming the preset and scale, shown under the title")
+    for p in (mechanism, advantage, evolve, case):
+        p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
     for p in (curve, diversity):
         p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
 
@@ -276,6 +294,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.figure == "advantage":
         plt.close(plot_mechanism_advantage(read_csv_table(args.sweeps), args.out))
+        return 0
+    if args.figure in ("evolve", "case-study"):
+        from vpo.evolve_figures import plot_case_study, plot_evolve
+
+        curves, methods = read_csv_table(args.curves), args.methods.split(",")
+        if args.figure == "evolve":
+            fig = plot_evolve(curves, args.task, methods, args.out, scale=args.scale)
+        else:
+            per_seed = read_csv_table(args.per_seed) if args.per_seed else None
+            fig = plot_case_study(read_csv_table(args.summary), per_seed, curves, methods, args.out, scale=args.scale)
+        plt.close(fig)
         return 0
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":

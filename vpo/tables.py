@@ -4,6 +4,7 @@
 and task, mean ± standard error over training seeds; a task's best best@K in bold only when its
 ±1 SE interval clears every other method's, else the methods tied for the lead are marked.
 `vpo table curve`: one task's best@k or pass@k curve, methods x landmark k.
+`vpo table evolve`: problems solved by the evolutionary search at chosen iterations (from results/aggregate/evolve_*.csv).
 The CSV holds the numbers (mean and stderr columns); Markdown and LaTeX hold the formatted cells.
 """
 
@@ -100,6 +101,38 @@ def curve_table(summary: pd.DataFrame, methods: list[str], task: str, metric: st
     return rows[["method", "k", "mean", "stderr", "n_seeds"]].reset_index(drop=True)
 
 
+def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.DataFrame:
+    """Problems solved by iteration t per task and method: task, method, iteration, mean, stderr,
+    n_seeds, n_problems (from `vpo aggregate evolve`'s CSVs; the last iteration when t exceeds it)."""
+    rows = []
+    for task, per_task in curves[curves.metric == "solved"].groupby("task", sort=False):
+        last = int(per_task.iteration.max())
+        for method in methods:
+            mine = per_task[per_task.method == method].set_index("iteration")
+            if mine.empty:
+                raise ValueError(f"no search curve for task={task} method={method}; did its evolve job run?")
+            for t in at:
+                point = mine.loc[min(t, last)]
+                rows.append({"task": task, "method": method, "iteration": min(t, last), "mean": point["mean"],
+                             "stderr": point["stderr"], "n_seeds": int(point["n_seeds"]),
+                             "n_problems": int(point["n_problems"])})
+    return pd.DataFrame(rows)
+
+
+def render_evolve(table: pd.DataFrame, *, latex: bool) -> str:
+    columns = list(dict.fromkeys(zip(table.task, table.iteration)))
+    header = ["Method"] + [f"{task_label(task)} t={t}" for task, t in columns]
+    rows = []
+    for method, group in table.groupby("method", sort=False):
+        cells = group.set_index(["task", "iteration"])
+        rows.append([method_label(method)] + [format_cell(cells.at[c, "mean"], cells.at[c, "stderr"], latex=latex)
+                                              for c in columns])
+    sizes = ", ".join(f"{task_label(t)} {int(n)}" for t, n in table.groupby("task", sort=False).n_problems.max().items())
+    caption = (f"Evolutionary search (OpenEvolve): problems solved by iteration t, of the hardest problems "
+               f"searched ({sizes}), mean ± standard error over training seeds.")
+    return render(header, rows, latex=latex, caption=caption)
+
+
 # ---- rendering ----------------------------------------------------------------------------------
 def render(header: list[str], rows: list[list[str]], *, latex: bool, caption: str) -> str:
     if not latex:
@@ -168,13 +201,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     curve.add_argument("--task", required=True)
     for p in (main, curve):
         p.add_argument("--summary", required=True, help="results/aggregate/summary.csv")
+    evolve = sub.add_parser("evolve", help="problems solved by the evolutionary search, per task and method")
+    evolve.add_argument("--curves", nargs="+", required=True, help="results/aggregate/evolve_{task}.csv files")
+    evolve.add_argument("--at", required=True, help="comma-separated iterations (columns), e.g. 50,100,200")
+    for p in (main, curve, evolve):
         p.add_argument("--methods", required=True, help="comma-separated methods (row order)")
         p.add_argument("--out", nargs="+", required=True, help="output files: .csv, .md and/or .tex")
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = read_csv_table(args.summary)
     methods = args.methods.split(",")
+    if args.table == "evolve":
+        curves = pd.concat([read_csv_table(path) for path in args.curves], ignore_index=True)
+        table = evolve_table(curves, methods, [int(t) for t in args.at.split(",")])
+        write_outputs(table, render_evolve(table, latex=False), render_evolve(table, latex=True), args.out)
+        return 0
+    summary = read_csv_table(args.summary)
     if args.table == "main":
         tasks = args.tasks.split(",")
         table = main_table(summary, methods, tasks, args.best_at)

@@ -41,6 +41,8 @@ class Task:
                          multi-answer rewrite replaces it and fails loudly when it is missing.
         variable_k:      rows may be shorter than k (lcb: one channel per test case of the problem);
                          `pad` lengthens them with zeros where a fixed k is needed (GDPO, weights).
+        program_language: what an answer is written in, as the evolutionary search names it to its
+                         LLM and in its fences (lcb: python; maze: text, a route).
     """
 
     name: str = ""
@@ -50,6 +52,7 @@ class Task:
     default_m: int = 3
     single_format_line: str = ""
     variable_k: bool = False
+    program_language: str = "text"
 
     # ---- properties every task gets ---------------------------------------------------------
     @property

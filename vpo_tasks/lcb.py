@@ -212,6 +212,7 @@ class LcbTask(Task):
     objectives = tuple((f"tc_{i}", f"Passing test case {i + 1}") for i in range(MAX_TESTS))
     scalar_weights = (1 / MAX_TESTS,) * MAX_TESTS  # on padded rows; `scalar` below uses the problem's own tests
     variable_k = True
+    program_language = "python"
     default_m = 3
     single_format_line = FORMAT_LINE
 

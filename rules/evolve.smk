@@ -1,0 +1,148 @@
+# Evolutionary search (paper section 4): per task, the hardest test problems from the standard
+# evaluation; one OpenEvolve search per cell with the cell's model; search curves -> figures, table.
+
+EVOLVE = "results/evolve/{task}"
+
+
+def eval_pools(wildcards):
+    """Every candidate pool of the task's standard evaluation (all methods, training and eval seeds)."""
+    return [path.replace(".json", ".parquet") for path in eval_jsons(tasks=[wildcards.task])]
+
+
+def evolve_summaries(task):
+    return [f"{CELL}/evolve/summary.json".format(task=task, method=m, seed=s) for m in METHODS for s in SEEDS]
+
+
+rule evolve_select:
+    input:
+        eval_pools,
+    output:
+        f"{EVOLVE}/hardest.json",
+    params:
+        preset=PRESET,
+        select=lambda wc: [CFG["evolve"]["n_problems"], CFG["report"]["best_at"]],
+    log:
+        "logs/evolve/{task}/select.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli evolve select --out {output} --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\""
+        " {input} > {log} 2>&1"
+
+
+rule evolve_search:
+    input:
+        model=f"{CELL}/model",
+        hardest=rules.evolve_select.output,
+        test=rules.preprocess.output.test,
+    output:
+        scores=f"{CELL}/evolve/scores.parquet",
+        summary=f"{CELL}/evolve/summary.json",
+    params:
+        data=lambda wc, input: os.path.dirname(input.test),
+        out=parent_dir,
+        preset=PRESET,
+        # rerun when the search or the model's sampling changes (the job also restarts its own state then)
+        evolve_digest=lambda wc: settings_digest([CFG["evolve"], task_settings(CFG, wc.task)["eval"]]),
+    log:
+        "logs/evolve/{task}/{method}/seed{seed}.log",
+    threads: res("evolve", "threads")
+    resources:
+        gpu=eval_gpus,
+        mem_mb=per_attempt("evolve", "mem_mb"),
+        runtime=per_attempt("evolve", "runtime"),
+    conda:
+        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} python -m vpo.cli evolve search --model {input.model} --task {wildcards.task}"
+        " --method {wildcards.method} --data {params.data:q} --hardest {input.hardest} --out {params.out:q}"
+        " --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\" > {log} 2>&1"
+
+
+rule aggregate_evolve:
+    input:
+        lambda wc: evolve_summaries(wc.task),
+    output:
+        f"{AGG}/evolve_{{task}}.csv",
+    log:
+        "logs/report/aggregate_evolve_{task}.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli aggregate evolve --out {output} {input} > {log} 2>&1"
+
+
+rule figure_evolve:
+    input:
+        rules.aggregate_evolve.output,
+    output:
+        report("figures/evolve_{task}.pdf", category="Figures", subcategory="evolutionary search",
+               caption="../workflow/report/evolve.rst"),
+    params:
+        scale=SCALE,
+        methods=",".join(METHODS),
+    log:
+        "logs/report/figure_evolve_{task}.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot evolve --curves {input} --task {wildcards.task} --methods {params.methods:q}"
+        " --scale {params.scale:q} --out {output} > {log} 2>&1"
+
+
+rule figure_lcb_case_study:
+    input:
+        summary=rules.aggregate.output.summary,
+        per_seed=rules.aggregate.output.per_seed,
+        evolve=f"{AGG}/evolve_lcb.csv",
+    output:
+        report("figures/lcb_case_study.pdf", category="Figures", caption="../workflow/report/lcb_case_study.rst"),
+    params:
+        scale=SCALE,
+        methods=",".join(case_study_methods()),
+    log:
+        "logs/report/figure_lcb_case_study.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot case-study --summary {input.summary} --per-seed {input.per_seed} --curves {input.evolve}"
+        " --methods {params.methods:q} --scale {params.scale:q} --out {output} > {log} 2>&1"
+
+
+rule evolve_table:
+    input:
+        expand(f"{AGG}/evolve_{{task}}.csv", task=TASKS),
+    output:
+        csv=report("results/tables/evolve.csv", category="Tables", caption="../workflow/report/evolve_table.rst"),
+        md="results/tables/evolve.md",
+        tex="results/tables/evolve.tex",
+    params:
+        methods=",".join(METHODS),
+        at=",".join(str(t) for t in evolve_table_iterations()),
+    log:
+        "logs/report/evolve_table.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli table evolve --methods {params.methods:q} --at {params.at:q} --curves {input}"
+        " --out {output.csv} {output.md} {output.tex} > {log} 2>&1"

@@ -1,0 +1,349 @@
+"""`vpo evolve`: evolutionary search (OpenEvolve) with a trained model as the mutation operator.
+
+Paper section 4: on the held-out problems that every method fails at best@30, OpenEvolve runs 200
+iterations per problem with the cell's model; the figures count problems solved and the mean best
+score found by iteration t. Two subcommands:
+
+- `vpo evolve select`: the hardest N test problems of a task from the standard evaluation (every
+  method, every training and evaluation seed pooled): those whose best@`report.best_at` is 0 for all
+  of them; when fewer exist, the N with the lowest best such score, and the file says so.
+- `vpo evolve search`: one cell's search on those problems. Per problem, OpenEvolve (full rewrites,
+  islands, MAP-Elites database, checkpoints every `checkpoint_interval` iterations) asks the cell's
+  model, served on 127.0.0.1 (`vpo.llm_server`), for a better program, shown the parent program and
+  its fitness followed by the problem's prompt in the method's own form; programs are scored by
+  `vpo.evolve_evaluator`. Every search starts from an empty program (score 0): the hardest problems
+  are unsolved by construction, and every method starts from the same place.
+
+A killed search resumes from OpenEvolve's last checkpoint of the problem it was on (finished problems
+are kept); state from another model or other settings is removed first, so a rerun reruns.
+Writes `<out>/scores.parquet` (problem, iteration, best_score, solved: the best so far at each
+iteration, 0 = the starting program) and `<out>/summary.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvolveSettings:
+    """config.yaml `evolve:` (the paper states the problem count and iterations; the rest are ours)."""
+
+    n_problems: int  # hardest test problems searched (paper: 32)
+    iterations: int  # OpenEvolve iterations per problem, one model call each (paper: 200)
+    checkpoint_interval: int  # iterations between OpenEvolve checkpoints; must divide iterations
+    num_islands: int  # OpenEvolve islands (separate populations with migration)
+    population_size: int  # programs kept per database
+    archive_size: int  # elite archive size
+    migration_interval: int  # iterations between island migrations
+    migration_rate: float  # share of an island that migrates
+    evaluator_timeout_s: int  # seconds one program's scoring may take
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "EvolveSettings":
+        values = dict(cfg["evolve"])
+        settings = cls(**{f.name: values[f.name] for f in fields(cls)})
+        if settings.iterations % settings.checkpoint_interval:
+            raise ValueError(f"evolve.checkpoint_interval ({settings.checkpoint_interval}) must divide "
+                             f"evolve.iterations ({settings.iterations}): the last iteration is a checkpoint")
+        return settings
+
+
+# ---- hardest-N selection ----------------------------------------------------------------------
+def hardness(pools, best_at: int):
+    """Per problem: the highest best@`best_at` over every (method, train seed, eval seed) pool.
+
+    pools: DataFrame with columns method, train_seed, eval_seed, problem, scalar (one row per candidate).
+    Returns a Series indexed by problem.
+    """
+    from vpo.metrics import best_at_k
+
+    keys = ["method", "train_seed", "eval_seed", "problem"]
+    per_pool = pools.groupby(keys, sort=True)["scalar"].apply(lambda s: best_at_k(s.to_numpy(float), best_at))
+    return per_pool.groupby(level="problem").max()
+
+
+def select_hardest(pools, n: int, best_at: int) -> dict[str, Any]:
+    """The N hardest problems: all with hardness 0 (lowest index first), else the N lowest."""
+    scores = hardness(pools, best_at)
+    ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]))
+    unsolved = sum(1 for _, v in ranked if v == 0)
+    chosen = ranked[:n]
+    note = (f"{len(chosen)} of {unsolved} problems that score 0 at best@{best_at} for every method and seed"
+            if unsolved >= n else
+            f"only {unsolved} problems score 0 at best@{best_at} for every method and seed; the other "
+            f"{len(chosen) - unsolved} are the lowest-scoring")
+    return {"best_at": best_at, "n_requested": n, "n_unsolved": unsolved, "note": note,
+            "methods": sorted(pools["method"].unique().tolist()),
+            "problems": [{"problem": int(p), "best_at": float(v)} for p, v in chosen]}
+
+
+def read_pools(paths: list[str]):
+    """Candidate frames of `vpo eval` (parquet, with their JSON beside) as one DataFrame."""
+    import pandas as pd
+
+    frames = []
+    for path in paths:
+        meta = json.loads(Path(path).with_suffix(".json").read_text())
+        frame = pd.read_parquet(path, columns=["problem", "scalar"])
+        frames.append(frame.assign(method=meta["method"], train_seed=meta["train_seed"], eval_seed=meta["eval_seed"]))
+    return pd.concat(frames, ignore_index=True)
+
+
+# ---- one problem's search ---------------------------------------------------------------------
+USER_TEMPLATE = "A previous answer (fitness {{fitness_score}}):\n{{current_program}}\n\n{problem}"
+
+
+def openevolve_config(settings: EvolveSettings, *, url: str, model_name: str, sampling: dict, seed: int,
+                      language: str, templates: Path, problem_file: Path, trace: Path, task: str, m: int) -> dict:
+    """OpenEvolve's configuration (as its YAML would hold it) for one problem's search."""
+    return {
+        "max_iterations": settings.iterations, "checkpoint_interval": settings.checkpoint_interval,
+        "random_seed": seed, "language": language, "file_suffix": ".py" if language == "python" else ".txt",
+        "diff_based_evolution": False,  # the models write whole answers, never SEARCH/REPLACE diffs
+        "max_code_length": 100_000, "log_level": "WARNING",
+        "llm": {"api_base": url, "api_key": "none", "models": [{"name": model_name, "weight": 1.0}],
+                "temperature": sampling["temperature"], "top_p": sampling["top_p"],
+                "max_tokens": sampling["max_new_tokens"], "timeout": 1800, "retries": 2, "retry_delay": 1},
+        "prompt": {"template_dir": str(templates), "system_message": "", "use_template_stochasticity": False,
+                   "include_artifacts": False},
+        "database": {"num_islands": settings.num_islands, "population_size": settings.population_size,
+                     "archive_size": settings.archive_size, "migration_interval": settings.migration_interval,
+                     "migration_rate": settings.migration_rate, "random_seed": seed, "log_prompts": False},
+        "evaluator": {"timeout": settings.evaluator_timeout_s, "max_retries": 0, "cascade_evaluation": False,
+                      "parallel_evaluations": 1,  # one worker: iterations complete in order, runs repeat
+                      "enable_artifacts": False,
+                      "evaluator_args": {"task": task, "problem_file": str(problem_file), "m": m}},
+        "evolution_trace": {"enabled": True, "format": "jsonl", "output_path": str(trace), "buffer_size": 1,
+                            "include_code": False, "include_prompts": False},
+    }
+
+
+def last_checkpoint(output_dir: Path) -> tuple[int, Path | None]:
+    """(iteration, directory) of the newest complete OpenEvolve checkpoint (metadata.json is written last)."""
+    found = [(int(p.name.split("_")[-1]), p) for p in (output_dir / "checkpoints").glob("checkpoint_*")
+             if p.name.split("_")[-1].isdigit() and (p / "metadata.json").is_file()]
+    return max(found) if found else (0, None)
+
+
+def trace_scores(trace: Path, through: int | None = None) -> dict[int, dict]:
+    """iteration -> the child's metrics, from OpenEvolve's trace (the last record of an iteration wins:
+    a resumed run repeats the iterations after its checkpoint)."""
+    out: dict[int, dict] = {}
+    if trace.is_file():
+        for line in trace.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            if through is None or record["iteration"] <= through:
+                out[int(record["iteration"])] = record.get("child_metrics") or {}
+    return out
+
+
+def best_so_far(initial: dict, by_iteration: dict[int, dict], iterations: int) -> list[dict]:
+    """[{iteration, best_score, solved}] for 0..iterations: the running best over the programs found."""
+    best, solved, rows = float(initial["combined_score"]), bool(initial["solved"]), []
+    for t in range(iterations + 1):
+        if t in by_iteration:
+            best = max(best, float(by_iteration[t].get("combined_score", 0.0)))
+            solved = solved or bool(by_iteration[t].get("solved", 0.0))
+        rows.append({"iteration": t, "best_score": best, "solved": solved})
+    return rows
+
+
+def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, url: str,
+                   model_name: str, sampling: dict, seed: int, task, m: int) -> dict:
+    """Run (or resume) one problem's search; returns its result, also written to result.json."""
+    from openevolve import OpenEvolve
+    from openevolve.config import Config
+
+    from vpo.atomic import write_json_atomic, write_text_atomic
+    from vpo.evolve_evaluator import score_program
+
+    done = problem_dir / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    problem_dir.mkdir(parents=True, exist_ok=True)
+    problem_file = write_json_atomic(problem_dir / "problem.json", {"ground_truth": row["reward_model"]["ground_truth"]})
+    templates = problem_dir / "templates"
+    templates.mkdir(exist_ok=True)
+    prompt = row["prompt"][-1]["content"].replace("{", "{{").replace("}", "}}")
+    write_text_atomic(templates / "full_rewrite_user.txt", USER_TEMPLATE.format(problem=prompt))
+    suffix = ".py" if task.program_language == "python" else ".txt"
+    start = ""  # the empty program (module docstring)
+    initial = write_text_atomic(problem_dir / f"initial{suffix}", start)
+    trace, output_dir = problem_dir / "trace.jsonl", problem_dir / "openevolve"
+    config = openevolve_config(settings, url=url, model_name=model_name, sampling=sampling, seed=seed,
+                               language=task.program_language, templates=templates, problem_file=problem_file,
+                               trace=trace, task=task.name, m=m)
+    write_json_atomic(problem_dir / "openevolve_config.json", config)
+    done_iterations, checkpoint = last_checkpoint(output_dir)
+    kept = trace_scores(trace, through=done_iterations)  # drop what a killed run did after its checkpoint
+    write_text_atomic(trace, "".join(json.dumps({"iteration": t, "child_metrics": v}) + "\n" for t, v in kept.items()))
+    if done_iterations < settings.iterations:
+        log.info("problem %s: iterations %d..%d%s", problem_dir.name, done_iterations + 1, settings.iterations,
+                 f" (resuming from {checkpoint.name})" if checkpoint else "")
+        controller = OpenEvolve(str(initial), sys.modules["vpo.evolve_evaluator"].__file__,
+                                Config.from_dict(config), output_dir=str(output_dir))
+        asyncio.run(controller.run(iterations=settings.iterations - done_iterations,
+                                   checkpoint_path=str(checkpoint) if checkpoint else None))
+        done_iterations = controller.database.last_iteration
+    start_score = score_program(task.name, start, row["reward_model"]["ground_truth"], m)
+    curve = best_so_far(start_score, trace_scores(trace), settings.iterations)
+    solved_at = next((r["iteration"] for r in curve if r["solved"]), None)
+    result = {"problem": int(row["extra_info"].get("index", 0)), "iterations": int(done_iterations),
+              "seed": seed, "start_score": start_score["combined_score"], "best_score": curve[-1]["best_score"],
+              "solved": curve[-1]["solved"], "solved_at": solved_at, "curve": curve}
+    write_json_atomic(done, result)
+    return result
+
+
+# ---- one cell ---------------------------------------------------------------------------------
+def model_fingerprint(model_dir: Path) -> list:
+    """What identifies a model directory's contents cheaply: its files' names, sizes and times."""
+    return sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in Path(model_dir).iterdir() if p.is_file())
+
+
+def reset_state(out: Path, identity: dict) -> None:
+    """Keep `out`'s search state only if it was made by this model with these settings and problems."""
+    from vpo.atomic import write_json_atomic
+
+    marker = out / "state.json"
+    if marker.is_file() and json.loads(marker.read_text()) == identity:
+        return
+    if (out / "problems").exists():
+        log.info("search state in %s is from another model or settings; starting over", out)
+        shutil.rmtree(out / "problems")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(marker, identity)
+
+
+def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, hardest: str,
+                out: str, cfg: dict, train_seed: int, backend: str) -> dict:
+    import pandas as pd
+
+    from vpo.atomic import atomic_file, write_json_atomic
+    from vpo.config import method_settings, settings_digest, task_settings
+    from vpo.data import read_rows
+    from vpo.methods import get_method
+    from vpo.prompts import prepare_row
+    from vpo.task import resolve
+
+    t0 = time.time()
+    settings = EvolveSettings.from_config(cfg)
+    task, method = resolve(task_name), get_method(method_name)
+    task_cfg = task_settings(cfg, task_name)
+    m = int(task_cfg["m"]) if method.multi_answer else 1
+    sampling = {k: task_cfg["eval"][k] for k in ("temperature", "top_p", "max_new_tokens")}
+    chosen = [p["problem"] for p in json.loads(Path(hardest).read_text())["problems"]]
+    rows = {int(r["extra_info"].get("index", i)): r for i, r in enumerate(read_rows(data_dir, "test"))}
+    missing = [p for p in chosen if p not in rows]
+    if missing:
+        raise ValueError(f"{hardest} names problems {missing} that {data_dir}/test.parquet lacks; rebuild it")
+    eval_seed = int(task_cfg["eval"]["seeds"][0])
+    alpha = float(method_settings(cfg, method_name).get("alpha", 1.0))
+    rows = {p: prepare_row(rows[p], method, m, eval_seed, alpha=alpha) for p in chosen}
+    out_dir = Path(out)
+    reset_state(out_dir, {"model": str(Path(model).resolve()), "files": model_fingerprint(Path(model)),
+                          "settings": settings_digest([asdict(settings), sampling, m]), "problems": chosen,
+                          "train_seed": train_seed})
+    model_name = f"{task_name}-{method_name}-seed{train_seed}"
+    results = []
+    with serve_model(model, model_name, backend=backend, seed=train_seed,
+                     max_tokens=int(sampling["max_new_tokens"])) as url:
+        for i, problem in enumerate(chosen):
+            log.info("problem %d/%d (test index %d)", i + 1, len(chosen), problem)
+            results.append(search_problem(out_dir / "problems" / str(problem), row=rows[problem],
+                                          settings=settings, url=url,
+                                          model_name=model_name, sampling=sampling,
+                                          seed=train_seed * 100_003 + problem, task=task, m=m))
+    frame = pd.DataFrame([{"problem": r["problem"], **point} for r in results for point in r["curve"]])
+    with atomic_file(out_dir / "scores.parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
+    summary = {"task": task_name, "method": method_name, "train_seed": train_seed, "m": m,
+               "iterations": settings.iterations, "n_problems": len(results),
+               "solved": sum(r["solved"] for r in results),
+               "mean_best_score": float(sum(r["best_score"] for r in results) / max(len(results), 1)),
+               "problems": [{k: v for k, v in r.items() if k != "curve"} for r in results],
+               "settings": asdict(settings), "sampling": sampling, "backend": backend,
+               "wall_time_s": round(time.time() - t0, 1)}
+    write_json_atomic(out_dir / "summary.json", summary)
+    return summary
+
+
+def serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tokens: int):
+    """A context manager yielding the base URL of an OpenAI-compatible server for the model."""
+    import contextlib
+
+    from vpo import llm_server
+
+    if backend == "vllm":
+        return llm_server.vllm_server(model, model_name, seed=seed)
+
+    @contextlib.contextmanager
+    def loopback():
+        from vpo.generate import TransformersBackend
+
+        with llm_server.LoopbackServer(TransformersBackend(model, progress=False), model_name,
+                                       max_tokens_cap=max_tokens) as server:
+            yield server.url
+    return loopback()
+
+
+# ---- command line -----------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="step", required=True)
+    select = sub.add_parser("select", help="the hardest N test problems of a task (from eval pools)")
+    select.add_argument("--out", required=True, help="hardest.json to write")
+    select.add_argument("pools", nargs="+", help="eval parquets (results/runs/T/M/seedS/eval/evalseedE.parquet)")
+    search = sub.add_parser("search", help="one cell's OpenEvolve search on the hardest problems")
+    search.add_argument("--model", required=True, help="the cell's merged model directory")
+    search.add_argument("--task", required=True)
+    search.add_argument("--method", required=True)
+    search.add_argument("--data", required=True, help="directory with the task's test.parquet")
+    search.add_argument("--hardest", required=True, help="hardest.json from `vpo evolve select`")
+    search.add_argument("--out", required=True, help="the cell's evolve directory")
+    search.add_argument("--backend", choices=("transformers", "vllm"), default=None,
+                        help="model server (default: vLLM for veRL on GPUs, else transformers)")
+    for p in (select, search):
+        p.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
+        p.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    from vpo.atomic import write_json_atomic
+    from vpo.config import load_config, trains_tiny_base
+    from vpo.evaluate import parse_train_seed
+
+    cfg = load_config(args.config, args.preset)
+    settings = EvolveSettings.from_config(cfg)
+    if args.step == "select":
+        chosen = select_hardest(read_pools(args.pools), settings.n_problems, int(cfg["report"]["best_at"]))
+        write_json_atomic(args.out, chosen)
+        print(chosen["note"])
+        return 0
+    backend = args.backend or ("transformers" if trains_tiny_base(cfg) else "vllm")
+    threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
+    if backend == "transformers" and threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)  # parallel CPU jobs must not oversubscribe the cores
+    summary = search_cell(model=args.model, task_name=args.task, method_name=args.method, data_dir=args.data,
+                          hardest=args.hardest, out=args.out, cfg=cfg,
+                          train_seed=parse_train_seed(args.model) or 0, backend=backend)
+    print(json.dumps({k: summary[k] for k in ("method", "train_seed", "n_problems", "solved", "mean_best_score",
+                                               "wall_time_s")}))
+    return 0

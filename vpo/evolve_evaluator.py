@@ -1,0 +1,53 @@
+"""The evaluation file OpenEvolve loads by path in its worker processes: a program is scored by its task.
+
+A "program" is what OpenEvolve keeps of one model response: the first fenced block, else the whole
+text (`openevolve.utils.code_utils.parse_full_rewrite`). Its answers are the task's own split
+(`Task.split_answers` with the cell's m: a VPO model writes m routes in one response), or the text
+as one answer when it holds no slots. Its score is the best answer's task scalar (LiveCodeBench: the
+fraction of tests passed; maze: the mean of the four objectives), and it is solved when that answer
+is correct by the task's rule (all tests pass; the exit is reached).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+
+def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: int) -> dict[str, float]:
+    """{combined_score, solved (0/1), answers} of one program text; bad text scores 0, never raises."""
+    from vpo.task import resolve
+
+    task = resolve(task_name)
+    try:
+        answers = task.split_answers(text, m) or [text]
+        vectors = [task.score_answer(answer, ground_truth) for answer in answers]
+    except Exception:  # model output never crashes a search; it scores nothing
+        return {"combined_score": 0.0, "solved": 0.0, "answers": 0.0}
+    scalars = [float(task.scalar(v)) for v in vectors]
+    best = max(range(len(scalars)), key=scalars.__getitem__)
+    return {"combined_score": scalars[best], "solved": float(any(task.is_correct(v) for v in vectors)),
+            "answers": float(len(answers))}
+
+
+def evaluate(program_path: str, task: str, problem_file: str, m: int) -> dict[str, float]:
+    """OpenEvolve's entry point (its `evaluator_args` supply task, problem_file and m)."""
+    problem = json.loads(Path(problem_file).read_text())
+    return score_program(task, Path(program_path).read_text(), problem["ground_truth"], int(m))
+
+
+def _die_with_parent() -> None:
+    """OpenEvolve's worker processes end with the job: a worker the job's death orphaned would keep
+    its CPU and its handles. Loaded in a worker only (the job's own process imports this module too)."""
+    import signal
+    import sys
+
+    if multiprocessing.parent_process() is not None and sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_die_with_parent()
