@@ -10,7 +10,7 @@ score found by iteration t. Two subcommands:
 - `vpo evolve search`: one cell's search on those problems. Per problem, OpenEvolve (full rewrites,
   islands, MAP-Elites database, checkpoints every `checkpoint_interval` iterations) asks the cell's
   model, served on 127.0.0.1 (`vpo.llm_server`), for a better program, shown the parent program and
-  its fitness followed by the problem's prompt in the method's own form; programs are scored by
+  its fitness (`parent_in_prompt`) followed by the problem's prompt in the method's own form; programs are scored by
   `vpo.evolve_evaluator`. Every search starts from an empty program (score 0): the hardest problems
   are unsolved by construction, and every method starts from the same place.
 
@@ -49,6 +49,7 @@ class EvolveSettings:
     migration_interval: int  # iterations between island migrations
     migration_rate: float  # share of an island that migrates
     evaluator_timeout_s: int  # seconds one program's scoring may take
+    parent_in_prompt: bool  # show the parent program and its fitness before the problem's prompt
 
     @classmethod
     def from_config(cls, cfg: dict) -> "EvolveSettings":
@@ -102,7 +103,14 @@ def read_pools(paths: list[str]):
 
 
 # ---- one problem's search ---------------------------------------------------------------------
-USER_TEMPLATE = "A previous answer (fitness {{fitness_score}}):\n{{current_program}}\n\n{problem}"
+PARENT_SECTION = "A previous answer (fitness {fitness_score}):\n{current_program}\n\n"
+
+
+def user_template(problem_prompt: str, *, parent_in_prompt: bool) -> str:
+    """OpenEvolve's full-rewrite user message: (the parent and its fitness, then) the problem's own
+    prompt, last, so the model answers it as it was trained to (braces escaped for str.format)."""
+    escaped = problem_prompt.replace("{", "{{").replace("}", "}}")
+    return (PARENT_SECTION if parent_in_prompt else "") + escaped
 
 
 def openevolve_config(settings: EvolveSettings, *, url: str, model_name: str, sampling: dict, seed: int,
@@ -179,8 +187,8 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
     problem_file = write_json_atomic(problem_dir / "problem.json", {"ground_truth": row["reward_model"]["ground_truth"]})
     templates = problem_dir / "templates"
     templates.mkdir(exist_ok=True)
-    prompt = row["prompt"][-1]["content"].replace("{", "{{").replace("}", "}}")
-    write_text_atomic(templates / "full_rewrite_user.txt", USER_TEMPLATE.format(problem=prompt))
+    write_text_atomic(templates / "full_rewrite_user.txt",
+                      user_template(row["prompt"][-1]["content"], parent_in_prompt=settings.parent_in_prompt))
     suffix = ".py" if task.program_language == "python" else ".txt"
     start = ""  # the empty program (module docstring)
     initial = write_text_atomic(problem_dir / f"initial{suffix}", start)
