@@ -134,7 +134,7 @@ def openevolve_config(settings: EvolveSettings, *, url: str, model_name: str, sa
                       "enable_artifacts": False,
                       "evaluator_args": {"task": task, "problem_file": str(problem_file), "m": m}},
         "evolution_trace": {"enabled": True, "format": "jsonl", "output_path": str(trace), "buffer_size": 1,
-                            "include_code": False, "include_prompts": False},
+                            "include_code": False, "include_prompts": False, "include_failures": True},
     }
 
 
@@ -145,19 +145,29 @@ def last_checkpoint(output_dir: Path) -> tuple[int, Path | None]:
     return max(found) if found else (0, None)
 
 
-def trace_scores(trace: Path, through: int | None = None) -> dict[int, dict]:
-    """iteration -> the child's metrics, from OpenEvolve's trace (the last record of an iteration wins:
-    a resumed run repeats the iterations after its checkpoint)."""
+def read_records(path: Path, through: int | None = None) -> dict[int, dict]:
+    """iteration -> record of an OpenEvolve trace file (JSON lines; the last record of an iteration
+    wins, as a resumed run repeats the iterations after its checkpoint; a line cut by a kill is skipped)."""
     out: dict[int, dict] = {}
-    if trace.is_file():
-        for line in trace.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-            if through is None or record["iteration"] <= through:
-                out[int(record["iteration"])] = record.get("child_metrics") or {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if through is None or record["iteration"] <= through:
+            out[int(record["iteration"])] = record
     return out
+
+
+def keep_through(path: Path, iteration: int) -> None:
+    """Drop what a killed run traced after its last checkpoint (the resumed run redoes it)."""
+    from vpo.atomic import write_text_atomic
+
+    if path.is_file():
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in read_records(path, iteration).values()))
+
+
+NO_PROGRAM = "No valid code found"  # OpenEvolve's error when a response holds nothing to keep
 
 
 def best_so_far(initial: dict, by_iteration: dict[int, dict], iterations: int) -> list[dict]:
@@ -176,6 +186,7 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
     """Run (or resume) one problem's search; returns its result, also written to result.json."""
     from openevolve import OpenEvolve
     from openevolve.config import Config
+    from openevolve.controller import EvolutionFailedError
 
     from vpo.atomic import write_json_atomic, write_text_atomic
     from vpo.evolve_evaluator import score_program
@@ -197,21 +208,29 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
                                language=task.program_language, templates=templates, problem_file=problem_file,
                                trace=trace, task=task.name, m=m)
     write_json_atomic(problem_dir / "openevolve_config.json", config)
-    done_iterations, checkpoint = last_checkpoint(output_dir)
-    kept = trace_scores(trace, through=done_iterations)  # drop what a killed run did after its checkpoint
-    write_text_atomic(trace, "".join(json.dumps({"iteration": t, "child_metrics": v}) + "\n" for t, v in kept.items()))
-    if done_iterations < settings.iterations:
-        log.info("problem %s: iterations %d..%d%s", problem_dir.name, done_iterations + 1, settings.iterations,
+    failures = trace.with_name("trace_failures.jsonl")  # OpenEvolve's name for it
+    checkpointed, checkpoint = last_checkpoint(output_dir)
+    for path in (trace, failures):
+        keep_through(path, checkpointed)
+    if checkpointed < settings.iterations:
+        log.info("problem %s: iterations %d..%d%s", problem_dir.name, checkpointed + 1, settings.iterations,
                  f" (resuming from {checkpoint.name})" if checkpoint else "")
         controller = OpenEvolve(str(initial), sys.modules["vpo.evolve_evaluator"].__file__,
                                 Config.from_dict(config), output_dir=str(output_dir))
-        asyncio.run(controller.run(iterations=settings.iterations - done_iterations,
-                                   checkpoint_path=str(checkpoint) if checkpoint else None))
-        done_iterations = controller.database.last_iteration
+        try:
+            asyncio.run(controller.run(iterations=settings.iterations - checkpointed,
+                                       checkpoint_path=str(checkpoint) if checkpoint else None))
+        except EvolutionFailedError as err:  # no program at all: fine if the model answered with nothing usable
+            if not all(NO_PROGRAM in r.get("error", "") for r in read_records(failures).values()):
+                raise RuntimeError(f"problem {problem_dir.name}: the search got no program from the model "
+                                   f"server ({err})") from err
+    programs, failed = read_records(trace), read_records(failures)
     start_score = score_program(task.name, start, row["reward_model"]["ground_truth"], m)
-    curve = best_so_far(start_score, trace_scores(trace), settings.iterations)
+    curve = best_so_far(start_score, {t: r.get("child_metrics") or {} for t, r in programs.items()},
+                        settings.iterations)
     solved_at = next((r["iteration"] for r in curve if r["solved"]), None)
-    result = {"problem": int(row["extra_info"].get("index", 0)), "iterations": int(done_iterations),
+    result = {"problem": int(row["extra_info"].get("index", 0)),
+              "iterations": max([checkpointed, *programs, *failed]), "no_program_iterations": len(failed),
               "seed": seed, "start_score": start_score["combined_score"], "best_score": curve[-1]["best_score"],
               "solved": curve[-1]["solved"], "solved_at": solved_at, "curve": curve}
     write_json_atomic(done, result)

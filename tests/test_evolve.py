@@ -1,0 +1,234 @@
+"""The evolutionary search: hardest-problem selection, program scoring, the loopback model server
+(with OpenEvolve's own client) and whole searches on the tiny maze model (determinism, kill and resume)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- selection --------------------------------------------------------------------------------
+def pools_frame(scores: dict) -> pd.DataFrame:
+    """{(method, seed): {problem: [candidate scalars]}} -> the candidate frame select_hardest reads."""
+    rows = [{"method": m, "train_seed": s, "eval_seed": 0, "problem": p, "scalar": v}
+            for (m, s), per in scores.items() for p, values in per.items() for v in values]
+    return pd.DataFrame(rows)
+
+
+def test_hardest_are_the_problems_every_pool_fails_in_index_order():
+    pools = pools_frame({
+        ("grpo", 0): {0: [0, 0], 1: [0, 0], 2: [0, 1], 3: [0, 0]},
+        ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0], 3: [0, 0]},
+        ("vpo", 1): {0: [0, 0], 1: [0, 0], 2: [0, 0], 3: [0, 0]},
+    })
+    from vpo.evolve import select_hardest
+
+    chosen = select_hardest(pools, 2, best_at=2)
+    assert [p["problem"] for p in chosen["problems"]] == [0, 3]
+    assert chosen["n_unsolved"] == 2 and "2 of 2" in chosen["note"]
+
+
+def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
+    # best@1 of a pool is its mean: problem 1 -> max(0.25, 0.5) = 0.5, problem 2 -> 1/3 (grpo)
+    pools = pools_frame({
+        ("grpo", 0): {0: [0, 0, 0], 1: [0.5, 0, 0.25], 2: [1, 0, 0]},
+        ("vpo", 0): {0: [0, 0, 0], 1: [1, 0.5, 0], 2: [0, 0, 0]},
+    })
+    from vpo.evolve import select_hardest
+
+    chosen = select_hardest(pools, 2, best_at=1)
+    assert [(p["problem"], round(p["best_at"], 4)) for p in chosen["problems"]] == [(0, 0.0), (2, 0.3333)]
+    assert chosen["n_unsolved"] == 1 and chosen["note"].startswith("only 1 problems score 0 at best@1")
+
+
+def test_best_so_far_is_a_running_max_from_the_start_program():
+    from vpo.evolve import best_so_far
+
+    found = {2: {"combined_score": 0.4, "solved": 0.0}, 3: {"combined_score": 0.2, "solved": 1.0},
+             5: {"combined_score": 0.9, "solved": 0.0}}
+    curve = best_so_far({"combined_score": 0.1, "solved": 0.0}, found, 5)
+    assert [r["best_score"] for r in curve] == [0.1, 0.1, 0.4, 0.4, 0.4, 0.9]
+    assert [r["solved"] for r in curve] == [False, False, False, True, True, True]
+
+
+def test_the_problem_prompt_survives_openevolve_formatting():
+    from vpo.evolve import user_template
+
+    problem = "Read {n} numbers; print {\"a\": 1}."
+    with_parent = user_template(problem, parent_in_prompt=True)
+    shown = with_parent.format(fitness_score="0.5000", current_program="x = 1")
+    assert shown.endswith(problem) and "x = 1" in shown and "0.5000" in shown
+    assert user_template(problem, parent_in_prompt=False).format(current_program="unused") == problem
+
+
+# ---- scoring ----------------------------------------------------------------------------------
+def test_a_program_scores_its_best_answer_and_bad_text_scores_zero(tiny_maze_data):
+    from vpo.data import read_rows
+    from vpo.task import resolve
+    from vpo.evolve_evaluator import score_program
+    from vpo_tasks.maze import _path, parse_grid, score_moves
+
+    task = resolve("maze")
+    row = read_rows(tiny_maze_data, "test")[0]
+    gt = row["reward_model"]["ground_truth"]
+    shortest = _path(parse_grid(gt["grid_text"]), tuple(gt["start"]), tuple(gt["end"]), random.Random(0))
+    route = " ".join(shortest)  # within the step budget by construction
+    expected = task.scalar(score_moves(shortest, gt))
+    assert expected > 0
+    text = f"<route_1>UP UP</route_1>\n<route_2>{route}</route_2>\n<route_3>LEFT</route_3>"
+    scored = score_program("maze", text, gt, 3)
+    assert scored == {"combined_score": pytest.approx(expected), "solved": 1.0, "answers": 3.0}
+    assert score_program("maze", route, gt, 3)["combined_score"] == pytest.approx(expected)  # no tags: one answer
+    assert score_program("maze", "\x00 ``` }{", gt, 3)["combined_score"] == 0.0
+    assert score_program("maze", "", gt, 1) == {"combined_score": 0.0, "solved": 0.0, "answers": 1.0}
+
+
+# ---- the loopback server ------------------------------------------------------------------------
+def refused(url: str) -> bool:
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex((host, int(port))) != 0
+
+
+def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_model, tiny_maze_data):
+    from openevolve.config import LLMModelConfig
+    from openevolve.llm.openai import OpenAILLM
+
+    from vpo.data import read_rows
+    from vpo.generate import SamplingSettings, TransformersBackend
+    from vpo.llm_server import LoopbackServer
+
+    backend = TransformersBackend(tiny_base_model, progress=False)
+    prompt = read_rows(tiny_maze_data, "test")[0]["prompt"]
+    with LoopbackServer(backend, "tiny", max_tokens_cap=16) as server:
+        assert server._httpd.server_address[0] == "127.0.0.1" and server.url.startswith("http://127.0.0.1:")
+        llm = OpenAILLM(LLMModelConfig(name="tiny", api_base=server.url, api_key="none", temperature=0.7,
+                                       top_p=1.0, max_tokens=64, timeout=60, retries=0, retry_delay=1,
+                                       random_seed=7))
+        first = asyncio.run(llm.generate_with_context("", list(prompt)))
+        again = asyncio.run(llm.generate_with_context("", list(prompt)))
+        # what the project's backend samples for the same conversation, seed and (capped) length
+        direct = backend.generate([prompt], 1, SamplingSettings(temperature=0.7, max_new_tokens=16, seed=7))[0][0]
+        assert first == again == direct
+        with urllib.request.urlopen(f"{server.url}/models") as reply:
+            assert json.load(reply)["data"][0]["id"] == "tiny"
+        request = urllib.request.Request(f"{server.url}/chat/completions", data=b'{"messages": []}',
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(request)
+        assert bad.value.code == 400 and "messages" in json.load(bad.value)["error"]["message"]
+        url = server.url
+    assert refused(url)
+
+
+# ---- whole searches ------------------------------------------------------------------------------
+def write_search_inputs(tmp_path: Path, iterations: int, checkpoint_interval: int) -> tuple[Path, Path]:
+    """A config file (the cpu preset with a tiny search) and a hardest.json naming test problems 0 and 2."""
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["presets"]["cpu"]["evolve"] = {"n_problems": 2, "iterations": iterations, "checkpoint_interval":
+                                       checkpoint_interval, "num_islands": 1, "parent_in_prompt": False}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    hardest = tmp_path / "hardest.json"
+    hardest.write_text(json.dumps({"problems": [{"problem": 0, "best_at": 0.0}, {"problem": 2, "best_at": 0.0}]}))
+    return config, hardest
+
+
+def search_command(model, data, hardest, config, out) -> list[str]:
+    return [sys.executable, "-m", "vpo.cli", "evolve", "search", "--model", str(model), "--task", "maze",
+            "--method", "grpo", "--data", str(data), "--hardest", str(hardest), "--out", str(out),
+            "--config", str(config), "--preset", "cpu"]
+
+
+@pytest.mark.slow
+def test_same_seed_same_search(tmp_path, tiny_base_model, tiny_maze_data):
+    from vpo.config import load_config
+    from vpo.evolve import search_cell
+
+    config, hardest = write_search_inputs(tmp_path, iterations=4, checkpoint_interval=2)
+    cfg = load_config(str(config), "cpu")
+    runs = []
+    for name in ("a", "b"):
+        search_cell(model=str(tiny_base_model), task_name="maze", method_name="grpo", data_dir=str(tiny_maze_data),
+                    hardest=str(hardest), out=str(tmp_path / name), cfg=cfg, train_seed=0, backend="transformers")
+        runs.append(pd.read_parquet(tmp_path / name / "scores.parquet"))
+    assert list(runs[0].columns) == ["problem", "iteration", "best_score", "solved"]
+    assert len(runs[0]) == 2 * 5  # iterations 0..4 of two problems
+    pd.testing.assert_frame_equal(runs[0], runs[1])
+    traces = [[json.loads(line)["child_metrics"] for line in (tmp_path / n / "problems" / "0" / "trace.jsonl")
+               .read_text().splitlines()] for n in ("a", "b")]
+    assert traces[0] == traces[1] and len(traces[0]) == 4  # every iteration's program, not only the best
+
+
+@pytest.mark.slow
+def test_killed_search_leaves_no_server_or_worker_and_resumes_to_the_same_iteration_count(
+        tmp_path, tiny_base_model, tiny_maze_data):
+    import psutil
+
+    iterations = 12
+    config, hardest = write_search_inputs(tmp_path, iterations=iterations, checkpoint_interval=2)
+    out, log = tmp_path / "evolve", tmp_path / "search.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open(log, "w") as fh:
+        job = subprocess.Popen(search_command(tiny_base_model, tiny_maze_data, hardest, config, out), cwd=REPO,
+                               stdout=fh, stderr=subprocess.STDOUT, env=env)
+    trace = out / "problems" / "0" / "trace.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (trace.is_file() and len(trace.read_text().splitlines()) >= 5):
+        assert job.poll() is None, log.read_text()
+        time.sleep(0.2)
+    url = log.read_text().split("model server for ")[1].split(" at ")[1].split()[0]
+    workers = psutil.Process(job.pid).children(recursive=True)
+    assert workers, "OpenEvolve runs its iterations in worker processes"
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, f"processes outlived the killed job: {[p.pid for p in alive]}"
+    assert refused(url)
+    assert not (out / "summary.json").exists() and not (out / "problems" / "0" / "result.json").exists()
+
+    done = subprocess.run(search_command(tiny_base_model, tiny_maze_data, hardest, config, out), cwd=REPO,
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from checkpoint_" in done.stderr
+    result = json.loads((out / "problems" / "0" / "result.json").read_text())
+    assert result["iterations"] == iterations and len(result["curve"]) == iterations + 1
+    for problem in ("0", "2"):  # every iteration once: a program, or a response with none in it
+        traced = [json.loads(line)["iteration"] for name in ("trace.jsonl", "trace_failures.jsonl")
+                  if (out / "problems" / problem / name).is_file()
+                  for line in (out / "problems" / problem / name).read_text().splitlines()]
+        assert sorted(traced) == list(range(1, iterations + 1))
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p["iterations"] for p in summary["problems"]] == [iterations, iterations]
+    scores = pd.read_parquet(out / "scores.parquet")
+    assert np.all(np.diff(scores[scores.problem == 0].best_score) >= 0)
+
+
+def test_search_state_from_another_model_is_removed(tmp_path):
+    from vpo.evolve import reset_state
+
+    out = tmp_path / "evolve"
+    reset_state(out, {"model": "a"})
+    (out / "problems" / "0").mkdir(parents=True)
+    reset_state(out, {"model": "a"})
+    assert (out / "problems" / "0").is_dir()  # same identity: resume
+    reset_state(out, {"model": "b"})
+    assert not (out / "problems").exists()  # another model: start over
