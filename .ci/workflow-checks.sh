@@ -47,10 +47,11 @@ for rule in $("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=c
   [ -d "$work/.snakemake/slurm_logs/rule_$rule" ] || { echo "rule $rule did not run through Slurm"; exit 1; }
 done
 for target in figures/pass_at_k.pdf figures/best_at_k.pdf figures/diversity_over_training.pdf \
-              results/tables/main_table.md; do
+              results/tables/main_table.md figures/evolve_maze.pdf figures/lcb_case_study.pdf \
+              results/tables/evolve.md; do
   [ -s "$work/$target" ] || { echo "missing $target"; exit 1; }
 done
-cat "$work/results/tables/main_table.md"
+cat "$work/results/tables/main_table.md" "$work/results/tables/evolve.md"
 bash .ci/stop-slurm.sh
 trap - EXIT
 

@@ -232,3 +232,80 @@ def test_search_state_from_another_model_is_removed(tmp_path):
     assert (out / "problems" / "0").is_dir()  # same identity: resume
     reset_state(out, {"model": "b"})
     assert not (out / "problems").exists()  # another model: start over
+
+
+# ---- aggregation, table and figures ---------------------------------------------------------------
+def search_cells(tmp_path: Path, task: str, methods: dict) -> list[Path]:
+    """{method: {seed: {problem: [best score at t = 0..T]}}} -> summary.json + scores.parquet per cell
+    (solved = best score 1, as for LiveCodeBench)."""
+    paths = []
+    for method, seeds in methods.items():
+        for seed, problems in seeds.items():
+            cell = tmp_path / task / method / f"seed{seed}" / "evolve"
+            cell.mkdir(parents=True)
+            rows = [{"problem": p, "iteration": t, "best_score": v, "solved": v >= 1.0}
+                    for p, values in problems.items() for t, v in enumerate(values)]
+            pd.DataFrame(rows).to_parquet(cell / "scores.parquet", index=False)
+            (cell / "summary.json").write_text(json.dumps({"task": task, "method": method, "train_seed": seed}))
+            paths.append(cell / "summary.json")
+    return paths
+
+
+GRID = {  # two problems, iterations 0..4
+    "grpo": {0: {1: [0, 0, 0.2, 0.2, 0.2], 2: [0, 0, 0, 0, 0]}, 1: {1: [0, 0.1, 0.1, 0.1, 0.1], 2: [0] * 5}},
+    "vpo": {0: {1: [0, 0.5, 1, 1, 1], 2: [0, 0, 0, 0.5, 1]}, 1: {1: [0, 1, 1, 1, 1], 2: [0, 0, 0, 0, 0]}},
+}
+
+
+def test_search_curves_average_problems_then_seeds(tmp_path):
+    from vpo.aggregate import aggregate_evolve
+
+    curves = aggregate_evolve(search_cells(tmp_path, "lcb", GRID))
+    vpo = curves[(curves.method == "vpo")].set_index(["metric", "iteration"])
+    # solved: seed 0 -> 0, 0, 1, 1, 2; seed 1 -> 0, 1, 1, 1, 1
+    assert [vpo.at[("solved", t), "mean"] for t in range(5)] == [0, 0.5, 1, 1, 1.5]
+    assert vpo.at[("solved", 4), "stderr"] == pytest.approx(0.5)  # std(2, 1) / sqrt(2)
+    # mean best: seed 0 -> (1 + 1) / 2 = 1 at t = 4; seed 1 -> (1 + 0) / 2; over seeds 0.75
+    assert vpo.at[("mean_best", 4), "mean"] == pytest.approx(0.75)
+    assert vpo.at[("mean_best", 1), "mean"] == pytest.approx((0.25 + 0.5) / 2)
+    assert set(curves.n_seeds) == {2} and set(curves.n_problems) == {2}
+
+
+def test_evolve_table_reads_solved_at_the_asked_iterations(tmp_path):
+    from vpo.aggregate import aggregate_evolve
+    from vpo.tables import evolve_table, render_evolve
+
+    table = evolve_table(aggregate_evolve(search_cells(tmp_path, "lcb", GRID)), ["grpo", "vpo"], [2, 4, 9])
+    vpo = table[table.method == "vpo"]
+    assert vpo.iteration.tolist() == [2, 4] and vpo["mean"].tolist() == [1.0, 1.5]  # 9 > 4: the last, once
+    md = render_evolve(table, latex=False)
+    assert "| VPO | 1.000 ± 0.000 | 1.500 ± 0.500 |" in md and "t=4" in md and "LiveCodeBench 2" in md
+
+
+def test_evolve_and_case_study_figures_have_the_papers_panels(tmp_path):
+    from vpo.aggregate import aggregate_evals, aggregate_evolve
+    from vpo.evolve_figures import plot_case_study, plot_evolve
+
+    curves = aggregate_evolve(search_cells(tmp_path, "lcb", GRID))
+    fig = plot_evolve(curves, "lcb", ["grpo", "vpo"], tmp_path / "evolve_lcb.pdf")
+    assert (tmp_path / "evolve_lcb.pdf").read_bytes()[:4] == b"%PDF"
+    solved, best = [ax for ax in fig.axes if ax.get_visible()]
+    assert solved.get_ylabel() == "problems solved (of 2)" and best.get_ylabel() == "mean best score so far"
+    assert list(solved.get_lines()[1].get_ydata()) == [0, 0.5, 1, 1, 1.5]  # VPO, the seed mean
+    assert [line.get_label() for line in best.get_lines()] == ["GRPO", "VPO"]
+
+    evals = []
+    for method in ("grpo", "vpo"):
+        for seed in (0, 1):
+            path = tmp_path / f"{method}{seed}.json"
+            best_k = [0.2 + 0.1 * k for k in range(3)]
+            path.write_text(json.dumps({"task": "lcb", "method": method, "train_seed": seed, "eval_seed": 0,
+                                        "budget": 3, "pass_at_k": best_k, "best_at_k": best_k,
+                                        "best_at_k_perm": best_k, "expected_best_of_m": 0.1, "diversity": 0.1,
+                                        "parse_failure_rate": 0.0}))
+            evals.append(path)
+    per_seed, summary = aggregate_evals(evals)
+    fig = plot_case_study(summary, per_seed, curves, ["grpo", "vpo"], tmp_path / "case.pdf")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t[:3] for t in titles] == ["(a)", "(b)", "(c)", "(d)"]
+    assert "pass@k" in titles[0] and "best@k" in titles[1] and "solved" in titles[2] and "best@t" in titles[3]

@@ -103,7 +103,7 @@ def curve_table(summary: pd.DataFrame, methods: list[str], task: str, metric: st
 
 def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.DataFrame:
     """Problems solved by iteration t per task and method: task, method, iteration, mean, stderr,
-    n_seeds, n_problems (from `vpo aggregate evolve`'s CSVs; the last iteration when t exceeds it)."""
+    n_seeds, n_problems (from `vpo aggregate evolve`'s CSVs; t past the search's end reads its last iteration)."""
     rows = []
     for task, per_task in curves[curves.metric == "solved"].groupby("task", sort=False):
         last = int(per_task.iteration.max())
@@ -111,9 +111,9 @@ def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.
             mine = per_task[per_task.method == method].set_index("iteration")
             if mine.empty:
                 raise ValueError(f"no search curve for task={task} method={method}; did its evolve job run?")
-            for t in at:
-                point = mine.loc[min(t, last)]
-                rows.append({"task": task, "method": method, "iteration": min(t, last), "mean": point["mean"],
+            for t in sorted({min(t, last) for t in at}):
+                point = mine.loc[t]
+                rows.append({"task": task, "method": method, "iteration": t, "mean": point["mean"],
                              "stderr": point["stderr"], "n_seeds": int(point["n_seeds"]),
                              "n_problems": int(point["n_problems"])})
     return pd.DataFrame(rows)
