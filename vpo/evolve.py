@@ -221,7 +221,8 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
             asyncio.run(controller.run(iterations=settings.iterations - checkpointed,
                                        checkpoint_path=str(checkpoint) if checkpoint else None))
         except EvolutionFailedError as err:  # no program at all: fine if the model answered with nothing usable
-            if not all(NO_PROGRAM in r.get("error", "") for r in read_records(failures).values()):
+            errors = [r.get("error") or "" for r in read_records(failures).values()]
+            if not errors or not all(NO_PROGRAM in e for e in errors):
                 raise RuntimeError(f"problem {problem_dir.name}: the search got no program from the model "
                                    f"server ({err})") from err
     programs, failed = read_records(trace), read_records(failures)
