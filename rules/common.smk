@@ -117,6 +117,15 @@ def eval_gpus(wildcards):
     return task_settings(CFG, wildcards.task)["eval"]["gpus"] if BACKEND == "verl" and not TINY_BASE else 0
 
 
+def lsf_gpu_request(gpus_of):
+    """bsub's GPU request (-gpu num=N) from a rule's GPU count: LSF's executor has no GPU resource and
+    passes `lsf_extra` verbatim; Slurm's reads `gpu`. A profile's set-resources may still override it."""
+    def request(wildcards):
+        gpus = gpus_of(wildcards)
+        return f"-gpu num={gpus}" if gpus else ""
+    return request
+
+
 def train_inputs(wildcards):
     inputs = {"data": f"{DATA}/train.parquet".format(task=wildcards.task)}
     if TINY_BASE:

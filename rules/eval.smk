@@ -17,6 +17,7 @@ rule eval:
     threads: res("eval", "threads")
     resources:
         gpu=eval_gpus,
+        lsf_extra=lsf_gpu_request(eval_gpus),
         mem_mb=per_attempt("eval", "mem_mb"),
         runtime=per_attempt("eval", "runtime"),
     conda:

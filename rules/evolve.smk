@@ -53,6 +53,7 @@ rule evolve_search:
     threads: res("evolve", "threads")
     resources:
         gpu=eval_gpus,
+        lsf_extra=lsf_gpu_request(eval_gpus),
         mem_mb=per_attempt("evolve", "mem_mb"),
         runtime=per_attempt("evolve", "runtime"),
     conda:

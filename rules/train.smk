@@ -21,6 +21,7 @@ rule train:
     threads: res("train", "threads")
     resources:
         gpu=train_gpus,
+        lsf_extra=lsf_gpu_request(train_gpus),
         mem_mb=per_attempt("train", "mem_mb"),
         runtime=per_attempt("train", "runtime"),
     conda:

@@ -173,6 +173,16 @@ def test_cluster_profiles_plan_the_paper_grid(tmp_path, profile):
     assert threads == {"train": {16}, "eval": {8}}
     profile_yaml = (REPO / "profiles" / profile / "config.yaml").read_text()
     assert re.search(r"^retries: [1-9]", profile_yaml, re.MULTILINE)
+    # GPUs per job come from config.yaml's task settings (paper: 4 to train, 1 to evaluate and search),
+    # as Slurm's `gpu` resource and as bsub's -gpu option for LSF (whose executor has no GPU resource)
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(?:.*\n)*?\s+resources: (.*)$", output, re.MULTILINE)
+    gpus = {}
+    for rule, resources in jobs:
+        found = re.search(r"\bgpu=(\d+)", resources)
+        lsf = re.search(r"lsf_extra=-gpu num=(\d+)", resources)
+        gpus.setdefault(rule, set()).add((int(found.group(1)) if found else 0, int(lsf.group(1)) if lsf else 0))
+    assert gpus["train"] == {(4, 4)} and gpus["eval"] == gpus["evolve_search"] == {(1, 1)}
+    assert gpus["merge"] == {(0, 0)}
 
 
 
