@@ -38,6 +38,41 @@ def read_metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def read_wandb_offline_run(path):
+    """(run record, history records) of an offline W&B run file: W&B's LevelDB-style log (a 7-byte
+    header, 32 KiB blocks of records: crc32 (4), length (2), type (1: full, 2-4: first/middle/last
+    fragment)) of `wandb_internal_pb2.Record` protobufs."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, pos, block, chunks, partial = Path(path).read_bytes(), 7, 32768, [], b""
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:  # block padding
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        partial = chunk if kind in (1, 2) else partial + chunk
+        if kind in (1, 4):
+            chunks.append(partial)
+    records = []
+    for raw in chunks:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    history = [{"step": r.history.step.num, **{item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                                               for item in r.history.item}}
+               for r in records if r.WhichOneof("record_type") == "history"]
+    return run, history
+
+
 def strip_timing(records):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
@@ -71,9 +106,20 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     info = json.loads((out / "train.json").read_text())
     assert {"backend", "task", "method", "seed", "preset", "steps", "wall_time_s", "config_hash", "versions"} <= set(info)
     assert (info["backend"], info["method"], info["steps"], info["resumed_from_step"]) == ("local", method, 4, 0)
-    # train.json is the last file written
-    newest_other = max(p.stat().st_mtime for p in out.rglob("*") if p.is_file() and p.name != "train.json")
+    # train.json is the last file written (W&B's own log files aside: its service process may flush them later)
+    newest_other = max(p.stat().st_mtime for p in out.rglob("*")
+                       if p.is_file() and p.name != "train.json" and "wandb" not in p.parts)
     assert (out / "train.json").stat().st_mtime >= newest_other
+    # the config's wandb block (offline): one W&B run per cell, named as veRL's, with every step's metrics
+    from vpo.tracking import run_id
+
+    files = list((out / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    run, history = read_wandb_offline_run(files[0])
+    assert (run.run_id, run.project, run.display_name) == (run_id("maze", method, 0), "vpo_maze", f"{method}_maze_seed0")
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+    assert [h["score_mean"] for h in history] == pytest.approx([r["score_mean"] for r in records])
+    assert [h["pool_diversity"] for h in history] == pytest.approx([r["pool_diversity"] for r in records])
 
 
 def test_same_seed_same_metrics_and_seed_changes_them(tiny_maze_data, tiny_multi_base_model, tiny_local_settings,

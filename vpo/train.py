@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     spec = RunSpec(
         task=args.task, method=args.method, seed=args.seed, data_dir=args.data, base_model=args.base_model,
         out_dir=args.out, settings=settings, method_settings=dict(method_settings(cfg, args.method)),
-        m=int(task_settings(cfg, args.task)["m"]), preset=cfg["preset"], config_hash=digest,
+        m=int(task_settings(cfg, args.task)["m"]), preset=cfg["preset"], config_hash=digest, wandb=cfg.get("wandb"),
     )
     result = train_local(spec)
     path = write_train_json(args.out, cfg, backend="local", task=args.task, method=args.method, seed=args.seed,

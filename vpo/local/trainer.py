@@ -41,6 +41,7 @@ class RunSpec:
     m: int = 3  # answers per rollout for multi-answer methods
     preset: str = "cpu"  # recorded in train.json
     config_hash: str = ""  # recorded in train.json
+    wandb: dict | None = None  # config.yaml's wandb block (vpo.tracking); None: no W&B run
 
 
 def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
@@ -139,6 +140,11 @@ def train_local(spec: RunSpec) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ckpt.truncate_metrics(metrics_path, start_step)
     policy.train()
+    from vpo.tracking import start_run
+
+    tracker = start_run(spec.wandb, task=spec.task, method=spec.method, seed=spec.seed, out_dir=out,
+                        config={"method_settings": spec.method_settings, "m": m, "preset": spec.preset,
+                                "config_hash": spec.config_hash, **cfg.to_dict()})
 
     sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new, seed=None)
     n = cfg.rollouts_per_prompt
@@ -214,6 +220,8 @@ def train_local(spec: RunSpec) -> dict:
         }
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
+        if tracker is not None:
+            tracker.log(record, step=step)
         progress.update(step, f"score {record['score_mean']:.3f} diversity {record['pool_diversity']:.3f} "
                               f"{record['step_s']:.2f} s/step")
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -223,4 +231,6 @@ def train_local(spec: RunSpec) -> dict:
     from vpo.local.model import save_pretrained_atomic
 
     save_pretrained_atomic(policy, tokenizer, ckpt_root / "final")
+    if tracker is not None:
+        tracker.finish()
     return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}

@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from vpo import tracking
 from vpo.atomic import write_text_atomic
+from vpo.tracking import run_name  # one naming for both trainers' W&B runs
 from vpo.verl_ext import CONFIG_NAME, PLUGIN_MODULE, TRAINER_MODE, VERL_CONFIG_DIR
 from vpo.verl_ext.preflight import PreflightError, check_cell, preflight
 
@@ -104,8 +106,6 @@ def _quoted(text: str) -> str:
     return f"'{text}'"
 
 
-def run_name(task: str, method: str, seed: int) -> str:
-    return f"{method}_{task}_seed{seed}"
 
 
 # On CPU (verl.device: cpu): the platform and rollout of vpo/verl_ext/cpu, one worker, Ray's pools fed
@@ -190,7 +190,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         f"trainer.n_gpus_per_node={gpus}",
         "trainer.nnodes=1",
         f"trainer.total_epochs={int(tset.get('epochs', 1))}",
-        f"trainer.project_name=vpo_{task}",
+        f"trainer.project_name={tracking.project(task)}",
         f"trainer.experiment_name={name}",
         f"trainer.default_local_dir={out_dir / 'checkpoints'}",
         f"trainer.logger={_override_value(list(settings['logger']))}",
@@ -201,7 +201,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     ]
 
     digest = hashlib.md5(f"{out_dir}".encode()).hexdigest()[:10]
-    wandb = settings.get("wandb") or {}
+    wandb = cfg.get("wandb") or {}
     env = {
         # registration of the estimators and the trainer in every process, Ray actors included
         "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
@@ -213,7 +213,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         "TOKENIZERS_PARALLELISM": "false",
         "WANDB_MODE": str(wandb.get("mode") or "offline"),
         "WANDB_DIR": str(out_dir / "logs"),
-        "WANDB_RUN_ID": hashlib.md5(f"vpo_{task}/{name}".encode()).hexdigest()[:16],
+        "WANDB_RUN_ID": tracking.run_id(task, method, seed),
         "WANDB_RESUME": "allow",
     }
     if wandb.get("entity"):
