@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import pytest
 from matplotlib.collections import PolyCollection
@@ -108,10 +109,14 @@ def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):
     # VPO on maze at k=6: seeds 0.40, 0.45, 0.50 -> mean 0.45, stderr 0.05 / sqrt(3) = 0.0288675
     assert vpo["maze_best_at_6_mean"] == pytest.approx(0.45)
     assert vpo["maze_best_at_6_stderr"] == pytest.approx(0.0288675, abs=1e-6)
-    md = render_main(table, TASKS, 6, latex=False)
-    assert "| VPO | **0.450 ± 0.029** |" in md
+    md = squash(render_main(table, TASKS, 6, latex=False))
+    # columns grouped by task: best@K then diversity; the header names both
+    assert "| Method | Maze best@6 | Maze diversity | ToolRL best@6 | ToolRL diversity |" in md
+    assert "| VPO | **0.450 ± 0.029** | 0.200 ± 0.058 |" in md
     tex = render_main(table, TASKS, 6, latex=True)
     assert r"$\mathbf{0.450 \pm 0.029}$" in tex and r"\toprule" in tex
+    # one spanning header per task over its two columns; the caption's symbols are LaTeX
+    assert r"\multicolumn{2}{c}{Maze} & \multicolumn{2}{c}{ToolRL}" in tex and r"$\pm$ standard error" in tex
     with pytest.raises(ValueError, match="k=30"):
         main_table(summary, METHODS, TASKS, best_at=30)
 
@@ -127,7 +132,7 @@ def test_lead_marks_bold_only_a_clear_leader():
 def test_main_table_marks_ties_and_one_seed_marks_nothing(tmp_path):
     table = main_table(summary_for(tmp_path, [0, 1, 2]), METHODS, TASKS, best_at=6)
     table.loc[table.method == "multi_rlvr", "maze_best_at_6_mean"] = 0.43  # within VPO's 0.450 ± 0.029
-    md = render_main(table, TASKS, 6, latex=False)
+    md = squash(render_main(table, TASKS, 6, latex=False))
     assert "| VPO | 0.450 ± 0.029† |" in md and "| Multi-RLVR | 0.430 ± 0.029† |" in md and "**0.45" not in md
     (tmp_path / "one").mkdir()
     one = render_main(main_table(summary_for(tmp_path / "one", [0]), METHODS, TASKS, best_at=6), TASKS, 6, latex=False)
@@ -139,7 +144,12 @@ def test_curve_table_landmarks_end_at_the_budget(tmp_path):
     table = curve_table(summary, METHODS, "maze", "best_at_k")
     assert len(table) == len(METHODS) * 6 and table.method.tolist()[:6] == ["grpo"] * 6
     md = render_curve(table, "maze", "best_at_k", latex=False)
-    assert md.splitlines()[2] == "| Method | k=1 | k=2 | k=3 | k=5 | k=6 |"
+    assert squash(md.splitlines()[2]) == "| Method | k=1 | k=2 | k=3 | k=5 | k=6 |"
+
+
+def squash(text: str) -> str:
+    """Markdown with the column padding removed (pandas pads cells to the column width)."""
+    return re.sub(r" {2,}", " ", text)
 
 
 def test_format_cell():

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -83,12 +82,12 @@ def average_eval_seeds(rows: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def mean_and_stderr(values: np.ndarray) -> tuple[float, float]:
-    """Mean and standard error (ddof=1 std / sqrt(n)); stderr is NaN for fewer than two values."""
-    values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
-    stderr = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
-    return mean, stderr
+def seed_statistics(frame: pd.DataFrame, keys: list[str], value: str, seed: str) -> pd.DataFrame:
+    """Per `keys` group: mean, standard error (std with ddof=1 over sqrt(n); NaN for one value, never 0)
+    and the number of seeds of column `value`. Groups with a NaN key (k of scalar metrics) are kept."""
+    stats = frame.groupby(keys, dropna=False, sort=True).agg(
+        mean=(value, "mean"), stderr=(value, "sem"), n_seeds=(seed, "nunique"))
+    return stats.reset_index()
 
 
 def summarise_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -97,12 +96,7 @@ def summarise_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     per_seed: task, method, train_seed, metric, k, value. Returns task, method, metric, k, mean,
     stderr, n_seeds.
     """
-    records = []
-    for (task, method, metric, k), group in per_seed.groupby(["task", "method", "metric", "k"], dropna=False, sort=True):
-        mean, stderr = mean_and_stderr(group["value"].to_numpy())
-        records.append(dict(task=task, method=method, metric=metric, k=k, mean=mean, stderr=stderr,
-                            n_seeds=group["train_seed"].nunique()))
-    return pd.DataFrame.from_records(records, columns=["task", "method", "metric", "k", "mean", "stderr", "n_seeds"])
+    return seed_statistics(per_seed, ["task", "method", "metric", "k"], "value", "train_seed")
 
 
 def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -164,11 +158,7 @@ def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
 
 def training_curve_stats(curves: pd.DataFrame) -> pd.DataFrame:
     """Per task, method and step: mean and standard error of pool_diversity over seeds."""
-    records = []
-    for (task, method, step), group in curves.groupby(["task", "method", "step"], sort=True):
-        mean, stderr = mean_and_stderr(group["pool_diversity"].to_numpy())
-        records.append(dict(task=task, method=method, step=step, mean=mean, stderr=stderr, n_seeds=len(group)))
-    return pd.DataFrame.from_records(records, columns=["task", "method", "step", "mean", "stderr", "n_seeds"])
+    return seed_statistics(curves, ["task", "method", "step"], "pool_diversity", "seed")
 
 
 # ---- evolutionary search ----------------------------------------------------------------------
@@ -190,12 +180,9 @@ def aggregate_evolve(summaries: Iterable[str | os.PathLike]) -> pd.DataFrame:
     frame = pd.concat(per_seed, ignore_index=True).melt(
         id_vars=["task", "method", "train_seed", "iteration", "n_problems"], value_vars=["solved", "mean_best"],
         var_name="metric")
-    records = []
-    for (task, method, iteration, metric), group in frame.groupby(["task", "method", "iteration", "metric"]):
-        mean, stderr = mean_and_stderr(group["value"].to_numpy())
-        records.append(dict(task=task, method=method, iteration=iteration, metric=metric, mean=mean, stderr=stderr,
-                            n_seeds=group["train_seed"].nunique(), n_problems=int(group["n_problems"].max())))
-    return pd.DataFrame.from_records(records)
+    stats = seed_statistics(frame, ["task", "method", "iteration", "metric"], "value", "train_seed")
+    problems = frame.groupby(["task", "method", "iteration", "metric"])["n_problems"].max().to_numpy()
+    return stats.assign(n_problems=problems.astype(int))
 
 
 # ---- writing ------------------------------------------------------------------------------------

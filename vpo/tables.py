@@ -5,7 +5,8 @@ and task, mean ± standard error over training seeds; a task's best best@K in bo
 ±1 SE interval clears every other method's, else the methods tied for the lead are marked.
 `vpo table curve`: one task's best@k or pass@k curve, methods x landmark k.
 `vpo table evolve`: problems solved by the evolutionary search at chosen iterations (from results/aggregate/evolve_*.csv).
-The CSV holds the numbers (mean and stderr columns); Markdown and LaTeX hold the formatted cells.
+The CSV holds the numbers (mean and stderr columns); Markdown (pandas' to_markdown) and LaTeX
+(pandas' Styler.to_latex, booktabs, a spanning header per task) hold the formatted cells.
 """
 
 from __future__ import annotations
@@ -120,62 +121,84 @@ def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.
 
 
 def render_evolve(table: pd.DataFrame, *, latex: bool) -> str:
-    columns = list(dict.fromkeys(zip(table.task, table.iteration)))
-    header = ["Method"] + [f"{task_label(task)} t={t}" for task, t in columns]
-    rows = []
+    cells = {}
     for method, group in table.groupby("method", sort=False):
-        cells = group.set_index(["task", "iteration"])
-        rows.append([method_label(method)] + [format_cell(cells.at[c, "mean"], cells.at[c, "stderr"], latex=latex)
-                                              for c in columns])
+        cells[method_label(method)] = {(task_label(r.task), f"t={r.iteration}"): format_cell(r.mean, r.stderr, latex=latex)
+                                       for r in group.itertuples()}
     sizes = ", ".join(f"{task_label(t)} {int(n)}" for t, n in table.groupby("task", sort=False).n_problems.max().items())
     caption = (f"Evolutionary search (OpenEvolve): problems solved by iteration t, of the hardest problems "
                f"searched ({sizes}), mean ± standard error over training seeds.")
-    return render(header, rows, latex=latex, caption=caption)
+    return render(cell_frame(cells), latex=latex, caption=caption)
 
 
 # ---- rendering ----------------------------------------------------------------------------------
-def render(header: list[str], rows: list[list[str]], *, latex: bool, caption: str) -> str:
+def cell_frame(cells: dict[str, dict]) -> pd.DataFrame:
+    """{row label: {column: formatted cell}} -> a frame indexed by "Method"; tuple columns become a
+    (group, column) MultiIndex, e.g. (task, metric)."""
+    frame = pd.DataFrame.from_dict(cells, orient="index")
+    if len(frame.columns) and isinstance(frame.columns[0], tuple):
+        frame.columns = pd.MultiIndex.from_tuples(frame.columns)
+    frame.index.name = "Method"
+    return frame
+
+
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "±": r"$\pm$", "†": r"$^\dagger$"}
+
+
+def escape_latex(text: str) -> str:
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def render(cells: pd.DataFrame, *, latex: bool, caption: str) -> str:
+    """Formatted cells as Markdown (pandas' to_markdown: a group and its column share one header) or
+    LaTeX (Styler.to_latex: booktabs rules, one spanning header per group; labels and caption
+    escaped, the cells are LaTeX already)."""
     if not latex:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return f"{caption}\n\n" + "\n".join(lines) + "\n"
-    body = [" & ".join(header) + r" \\", r"\midrule"] + [" & ".join(row) + r" \\" for row in rows]
-    return "\n".join([r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
-                      r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule", *body,
-                      r"\bottomrule", r"\end{tabular}", r"\end{table}"]) + "\n"
+        flat = cells.copy()
+        if isinstance(flat.columns, pd.MultiIndex):
+            flat.columns = [" ".join(c) for c in flat.columns]
+        return f"{caption}\n\n" + flat.to_markdown(tablefmt="pipe", stralign="left", disable_numparse=True) + "\n"
+    styler = cells.style.format_index(escape_latex, axis=0).format_index(escape_latex, axis=1).hide(names=True)
+    return styler.to_latex(caption=escape_latex(caption), position="t", position_float="centering", hrules=True,
+                           column_format="l" + "c" * cells.shape[1], multicol_align="c")
 
 
 def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: bool) -> str:
-    best_col = {t: f"{t}_best_at_{best_at}_mean" for t in tasks}
-    marks = {t: lead_marks(table[best_col[t]].tolist(), table[f"{t}_best_at_{best_at}_stderr"].tolist()) for t in tasks}
-    header = ["Method"] + [f"{task_label(t)} best@{best_at}" for t in tasks] + [f"{task_label(t)} diversity" for t in tasks]
-    rows = []
-    for r, (_, row) in enumerate(table.iterrows()):
-        cells = [method_label(row["method"])]
-        cells += [format_cell(row[best_col[t]], row[f"{t}_best_at_{best_at}_stderr"], latex=latex,
-                              bold=marks[t][0][r], tie=marks[t][1][r]) for t in tasks]
-        cells += [format_cell(row[f"{t}_diversity_mean"], row[f"{t}_diversity_stderr"], latex=latex) for t in tasks]
-        rows.append(cells)
+    marks = {t: lead_marks(table[f"{t}_best_at_{best_at}_mean"].tolist(), table[f"{t}_best_at_{best_at}_stderr"].tolist())
+             for t in tasks}
+    cells = {}
+    for r, row in enumerate(table.itertuples(index=False)):
+        row = row._asdict()
+        cells[method_label(row["method"])] = {
+            **{(task_label(t), f"best@{best_at}"): format_cell(row[f"{t}_best_at_{best_at}_mean"],
+                                                             row[f"{t}_best_at_{best_at}_stderr"], latex=latex,
+                                                             bold=marks[t][0][r], tie=marks[t][1][r]) for t in tasks},
+            **{(task_label(t), "diversity"): format_cell(row[f"{t}_diversity_mean"], row[f"{t}_diversity_stderr"],
+                                                         latex=latex) for t in tasks},
+        }
+    columns = [(task_label(t), name) for t in tasks for name in (f"best@{best_at}", "diversity")]
     seeds = sorted({int(table[f"{t}_n_seeds"].min()) for t in tasks})
     caption = (f"best@{best_at} on the task scalar and reward-space diversity of the evaluation pool "
                f"(mean pairwise L1), mean ± standard error over {'/'.join(map(str, seeds))} training "
                f"seed{'' if seeds == [1] else 's'}{' (one seed: no standard error, no leader marked)' if seeds == [1] else ''}. "
                f"Bold: leads every other method by more than one standard error on each side; "
-               f"{'dagger' if latex else TIE_MARK}: tied for the lead (intervals overlap).")
-    return render(header, rows, latex=latex, caption=caption)
+               f"{TIE_MARK}: tied for the lead (intervals overlap).")
+    return render(cell_frame(cells)[pd.MultiIndex.from_tuples(columns)], latex=latex, caption=caption)
 
 
 def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool) -> str:
     budget = int(table.k.max())
     ks = [k for k in LANDMARKS if k < budget] + [budget]
     name = {"best_at_k": "best@k", "pass_at_k": "pass@k"}.get(metric, metric)
-    header = ["Method"] + [f"k={k}" for k in ks]
-    rows = []
+    cells = {}
     for method, group in table.groupby("method", sort=False):
         by_k = group.set_index("k")
-        rows.append([method_label(method)] + [format_cell(by_k.at[k, "mean"], by_k.at[k, "stderr"], latex=latex) for k in ks])
+        cells[method_label(method)] = {f"k={k}": format_cell(by_k.at[k, "mean"], by_k.at[k, "stderr"], latex=latex)
+                                       for k in ks}
     caption = f"{task_label(task)}: {name} by number of candidates k, mean ± standard error over training seeds."
-    return render(header, rows, latex=latex, caption=caption)
+    return render(cell_frame(cells), latex=latex, caption=caption)
 
 
 def write_outputs(frame: pd.DataFrame, md: str, tex: str, outputs: list[str]) -> None:
