@@ -85,7 +85,8 @@ rule figure_evolve:
     input:
         rules.aggregate_evolve.output,
     output:
-        report("figures/evolve_{task}.pdf", category="Figures", subcategory="evolutionary search",
+        pdf="figures/evolve_{task}.pdf",
+        png=report("figures/evolve_{task}.png", category="Figures", subcategory="evolutionary search",
                caption="../workflow/report/evolve.rst"),
     params:
         scale=SCALE,
@@ -100,7 +101,7 @@ rule figure_evolve:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot evolve --curves {input} --task {wildcards.task} --methods {params.methods:q}"
-        " --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
 
 
 rule figure_lcb_case_study:
@@ -109,7 +110,8 @@ rule figure_lcb_case_study:
         per_seed=rules.aggregate.output.per_seed,
         evolve=f"{AGG}/evolve_lcb.csv",
     output:
-        report("figures/lcb_case_study.pdf", category="Figures", caption="../workflow/report/lcb_case_study.rst"),
+        pdf="figures/lcb_case_study.pdf",
+        png=report("figures/lcb_case_study.png", category="Figures", caption="../workflow/report/lcb_case_study.rst"),
     params:
         scale=SCALE,
         methods=",".join(case_study_methods()),
@@ -123,7 +125,7 @@ rule figure_lcb_case_study:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot case-study --summary {input.summary} --per-seed {input.per_seed} --curves {input.evolve}"
-        " --methods {params.methods:q} --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --methods {params.methods:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
 
 
 rule evolve_table:

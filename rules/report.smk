@@ -99,7 +99,8 @@ rule figure_pass_at_k:
         summary=rules.aggregate.output.summary,
         per_seed=rules.aggregate.output.per_seed,
     output:
-        report("figures/pass_at_k.pdf", category="Figures", caption="../workflow/report/pass_at_k.rst"),
+        pdf="figures/pass_at_k.pdf",
+        png=report("figures/pass_at_k.png", category="Figures", caption="../workflow/report/pass_at_k.rst"),
     params:
         scale=SCALE,
         methods=",".join(METHODS),
@@ -114,7 +115,7 @@ rule figure_pass_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric pass_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
 
 
 rule figure_best_at_k:
@@ -122,7 +123,8 @@ rule figure_best_at_k:
         summary=rules.aggregate.output.summary,
         per_seed=rules.aggregate.output.per_seed,
     output:
-        report("figures/best_at_k.pdf", category="Figures", caption="../workflow/report/best_at_k.rst"),
+        pdf="figures/best_at_k.pdf",
+        png=report("figures/best_at_k.png", category="Figures", caption="../workflow/report/best_at_k.rst"),
     params:
         scale=SCALE,
         methods=",".join(METHODS),
@@ -137,15 +139,16 @@ rule figure_best_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric best_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
 
 
 rule figure_diversity_over_training:
     input:
         rules.aggregate_training.output,
     output:
-        report(
-            "figures/diversity_over_training.pdf",
+        pdf="figures/diversity_over_training.pdf",
+        png=report(
+            "figures/diversity_over_training.png",
             category="Figures",
             caption="../workflow/report/diversity_over_training.rst",
         ),
@@ -163,7 +166,7 @@ rule figure_diversity_over_training:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot diversity --training {input} --methods {params.methods:q} --tasks {params.tasks:q}"
-        " --scale {params.scale:q} --out {output} > {log} 2>&1"
+        " --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
 
 
 rule mechanism_bandit:
@@ -185,7 +188,8 @@ rule figure_mechanism_bandit:
     input:
         rules.mechanism_bandit.output,
     output:
-        report("figures/mechanism_bandit.pdf", category="Figures", caption="../workflow/report/mechanism_bandit.rst"),
+        pdf="figures/mechanism_bandit.pdf",
+        png=report("figures/mechanism_bandit.png", category="Figures", caption="../workflow/report/mechanism_bandit.rst"),
     log:
         "logs/report/figure_mechanism_bandit.log",
     threads: res("report", "threads")
@@ -195,7 +199,7 @@ rule figure_mechanism_bandit:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli plot mechanism --bandit {input} --out {output} > {log} 2>&1"
+        "python -m vpo.cli plot mechanism --bandit {input} --out {output.pdf} {output.png} > {log} 2>&1"
 
 
 rule mechanism_advantage:
@@ -217,7 +221,8 @@ rule figure_mechanism_advantage:
     input:
         rules.mechanism_advantage.output,
     output:
-        report("figures/mechanism_advantage.pdf", category="Figures", caption="../workflow/report/mechanism_advantage.rst"),
+        pdf="figures/mechanism_advantage.pdf",
+        png=report("figures/mechanism_advantage.png", category="Figures", caption="../workflow/report/mechanism_advantage.rst"),
     log:
         "logs/report/figure_mechanism_advantage.log",
     threads: res("report", "threads")
@@ -227,5 +232,5 @@ rule figure_mechanism_advantage:
     conda:
         "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli plot advantage --sweeps {input} --out {output} > {log} 2>&1"
+        "python -m vpo.cli plot advantage --sweeps {input} --out {output.pdf} {output.png} > {log} 2>&1"
 

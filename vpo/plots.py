@@ -280,38 +280,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--curves", required=True, help="results/aggregate/evolve_{task}.csv")
         p.add_argument("--methods", required=True, help="comma-separated methods (legend order)")
         p.add_argument("--scale", default=None, help="a line naming the preset and scale, shown under the title")
-    for p in (mechanism, advantage, evolve, case):
-        p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
-    for p in (curve, diversity):
-        p.add_argument("--out", required=True, help="figure file (.pdf, .png, .svg)")
+    for p in (curve, diversity, mechanism, advantage, evolve, case):
+        p.add_argument("--out", required=True, nargs="+", help="figure files (.pdf, .png, .svg): one figure, each format")
 
 
-def run(args: argparse.Namespace) -> int:
-    import matplotlib.pyplot as plt
-
+def draw(args: argparse.Namespace, out: str):
+    """The figure `args` asks for, saved to `out`; returns it."""
     if args.figure == "mechanism":
-        plt.close(plot_mechanism(read_csv_table(args.bandit), args.out))
-        return 0
+        return plot_mechanism(read_csv_table(args.bandit), out)
     if args.figure == "advantage":
-        plt.close(plot_mechanism_advantage(read_csv_table(args.sweeps), args.out))
-        return 0
+        return plot_mechanism_advantage(read_csv_table(args.sweeps), out)
     if args.figure in ("evolve", "case-study"):
         from vpo.evolve_figures import plot_case_study, plot_evolve
 
         curves, methods = read_csv_table(args.curves), args.methods.split(",")
         if args.figure == "evolve":
-            fig = plot_evolve(curves, args.task, methods, args.out, scale=args.scale)
-        else:
-            per_seed = read_csv_table(args.per_seed) if args.per_seed else None
-            fig = plot_case_study(read_csv_table(args.summary), per_seed, curves, methods, args.out, scale=args.scale)
-        plt.close(fig)
-        return 0
+            return plot_evolve(curves, args.task, methods, out, scale=args.scale)
+        per_seed = read_csv_table(args.per_seed) if args.per_seed else None
+        return plot_case_study(read_csv_table(args.summary), per_seed, curves, methods, out, scale=args.scale)
     methods, tasks = args.methods.split(","), args.tasks.split(",")
     if args.figure == "curve":
         per_seed = read_csv_table(args.per_seed) if args.per_seed else None
-        fig = plot_curves(read_csv_table(args.summary), args.metric, methods, tasks, args.out, per_seed=per_seed,
-                          scale=args.scale)
-    else:
-        fig = plot_diversity(read_csv_table(args.training), methods, tasks, args.out, scale=args.scale)
+        return plot_curves(read_csv_table(args.summary), args.metric, methods, tasks, out, per_seed=per_seed,
+                           scale=args.scale)
+    return plot_diversity(read_csv_table(args.training), methods, tasks, out, scale=args.scale)
+
+
+PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
+
+
+def run(args: argparse.Namespace) -> int:
+    import matplotlib.pyplot as plt
+
+    first, *others = args.out
+    fig = draw(args, first)
+    for path in others:  # the same figure in other formats (the workflow's PNG for the report)
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, format=Path(path).suffix.lstrip("."), dpi=PNG_DPI)
     plt.close(fig)
     return 0
