@@ -183,4 +183,6 @@ def evolve_outputs():
 
 
 def final_outputs():
-    return figure_outputs() + table_outputs() + evolve_outputs()
+    outputs = figure_outputs() + table_outputs() + evolve_outputs()
+    # every figure also as PNG (the HTML report's rendering): asked for, so a tree from before is completed
+    return outputs + [path[:-4] + ".png" for path in outputs if path.startswith("figures/")]
