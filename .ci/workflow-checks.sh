@@ -48,7 +48,7 @@ for rule in $("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=c
 done
 for target in figures/pass_at_k.pdf figures/best_at_k.pdf figures/diversity_over_training.pdf \
               results/tables/main_table.md figures/evolve_maze.pdf figures/lcb_case_study.pdf \
-              results/tables/evolve.md; do
+              results/tables/evolve.md figures/pass_at_k.png results/tables/main_table.html; do
   [ -s "$work/$target" ] || { echo "missing $target"; exit 1; }
 done
 cat "$work/results/tables/main_table.md" "$work/results/tables/evolve.md"
@@ -64,8 +64,12 @@ echo "verl_cpu preset: $(( $(date +%s) - start )) s"
 "$REPO/.venv/bin/python" .ci/check_verl_cpu.py "$vwork"
 rm -rf "$vwork"
 
-echo "== snakemake --report"
+echo "== snakemake --report, looked at in headless Chromium"
 "$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --report "$work/report.html"
 [ -s "$work/report.html" ]
+if ! command -v chromium-headless-shell > /dev/null; then
+  apt-get install -y -q chromium-headless-shell > /dev/null || { apt-get update -q > /dev/null && apt-get install -y -q chromium-headless-shell > /dev/null; }
+fi
+"$REPO/.venv/bin/python" .ci/check_report.py "$work/report.html" "$REPO/.ci-report" ci
 rm -rf "$work"
 echo "workflow checks: ok"

@@ -111,7 +111,7 @@ rule figure_lcb_case_study:
         evolve=f"{AGG}/evolve_lcb.csv",
     output:
         pdf="figures/lcb_case_study.pdf",
-        png=report("figures/lcb_case_study.png", category="Figures", caption="../workflow/report/lcb_case_study.rst"),
+        png=report("figures/lcb_case_study.png", category="Figures", subcategory="evolutionary search", caption="../workflow/report/lcb_case_study.rst"),
     params:
         scale=SCALE,
         methods=",".join(case_study_methods()),
@@ -132,9 +132,11 @@ rule evolve_table:
     input:
         expand(f"{AGG}/evolve_{{task}}.csv", task=TASKS),
     output:
-        csv=report("results/tables/evolve.csv", category="Tables", caption="../workflow/report/evolve_table.rst"),
+        csv="results/tables/evolve.csv",
         md="results/tables/evolve.md",
         tex="results/tables/evolve.tex",
+        html=report("results/tables/evolve.html", category="Tables", subcategory="evolutionary search",
+                    caption="../workflow/report/evolve_table.rst"),
     params:
         methods=",".join(METHODS),
         at=",".join(str(t) for t in evolve_table_iterations()),
@@ -148,4 +150,4 @@ rule evolve_table:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table evolve --methods {params.methods:q} --at {params.at:q} --curves {input}"
-        " --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+        " --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"

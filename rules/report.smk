@@ -45,9 +45,11 @@ rule main_table:
     input:
         rules.aggregate.output.summary,
     output:
-        csv=report("results/tables/main_table.csv", category="Tables", caption="../workflow/report/main_table.rst"),
+        csv="results/tables/main_table.csv",
         md="results/tables/main_table.md",
         tex="results/tables/main_table.tex",
+        html=report("results/tables/main_table.html", category="Tables", subcategory="main results",
+                    caption="../workflow/report/main_table.rst"),
     params:
         best_at=CFG["report"]["best_at"],
         methods=",".join(METHODS),
@@ -62,21 +64,22 @@ rule main_table:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table main --summary {input} --best-at {params.best_at:q} --methods {params.methods:q}"
-        " --tasks {params.tasks:q} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+        " --tasks {params.tasks:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
 
 
 rule curve_table:
     input:
         rules.aggregate.output.summary,
     output:
-        csv=report(
-            "results/tables/{metric}_{task}.csv",
-            category="Tables",
-            subcategory="{metric}",
-            caption="../workflow/report/curve_table.rst",
-        ),
+        csv="results/tables/{metric}_{task}.csv",
         md="results/tables/{metric}_{task}.md",
         tex="results/tables/{metric}_{task}.tex",
+        html=report(
+            "results/tables/{metric}_{task}.html",
+            category="Tables",
+            subcategory="{metric} by task",
+            caption="../workflow/report/curve_table.rst",
+        ),
     wildcard_constraints:
         metric="best_at_k|pass_at_k",
     params:
@@ -91,7 +94,7 @@ rule curve_table:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table curve --metric {wildcards.metric} --task {wildcards.task} --summary {input}"
-        " --methods {params.methods:q} --out {output.csv} {output.md} {output.tex} > {log} 2>&1"
+        " --methods {params.methods:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
 
 
 rule figure_pass_at_k:
@@ -100,7 +103,7 @@ rule figure_pass_at_k:
         per_seed=rules.aggregate.output.per_seed,
     output:
         pdf="figures/pass_at_k.pdf",
-        png=report("figures/pass_at_k.png", category="Figures", caption="../workflow/report/pass_at_k.rst"),
+        png=report("figures/pass_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/pass_at_k.rst"),
     params:
         scale=SCALE,
         methods=",".join(METHODS),
@@ -124,7 +127,7 @@ rule figure_best_at_k:
         per_seed=rules.aggregate.output.per_seed,
     output:
         pdf="figures/best_at_k.pdf",
-        png=report("figures/best_at_k.png", category="Figures", caption="../workflow/report/best_at_k.rst"),
+        png=report("figures/best_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/best_at_k.rst"),
     params:
         scale=SCALE,
         methods=",".join(METHODS),
@@ -150,6 +153,7 @@ rule figure_diversity_over_training:
         png=report(
             "figures/diversity_over_training.png",
             category="Figures",
+            subcategory="main results",
             caption="../workflow/report/diversity_over_training.rst",
         ),
     params:
@@ -189,7 +193,7 @@ rule figure_mechanism_bandit:
         rules.mechanism_bandit.output,
     output:
         pdf="figures/mechanism_bandit.pdf",
-        png=report("figures/mechanism_bandit.png", category="Figures", caption="../workflow/report/mechanism_bandit.rst"),
+        png=report("figures/mechanism_bandit.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_bandit.rst"),
     log:
         "logs/report/figure_mechanism_bandit.log",
     threads: res("report", "threads")
@@ -222,7 +226,7 @@ rule figure_mechanism_advantage:
         rules.mechanism_advantage.output,
     output:
         pdf="figures/mechanism_advantage.pdf",
-        png=report("figures/mechanism_advantage.png", category="Figures", caption="../workflow/report/mechanism_advantage.rst"),
+        png=report("figures/mechanism_advantage.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_advantage.rst"),
     log:
         "logs/report/figure_mechanism_advantage.log",
     threads: res("report", "threads")

@@ -156,3 +156,23 @@ def test_format_cell():
     assert format_cell(0.59312, 0.01234) == "0.593 ± 0.012"
     assert format_cell(0.5, math.nan) == "0.500"
     assert format_cell(0.5, 0.1, latex=True) == r"$0.500 \pm 0.100$"
+
+
+def test_tables_render_as_html_for_the_report(tmp_path):
+    import html.parser
+
+    table = main_table(summary_for(tmp_path, [0, 1, 2]), METHODS, TASKS, best_at=6)
+    page = render_main(table, TASKS, 6, latex=False, html=True)
+    cells = []
+
+    class Cells(html.parser.HTMLParser):
+        def handle_data(self, data):
+            if data.strip():
+                cells.append(data.strip())
+
+    Cells().feed(page.split("</style>", 1)[1])
+    # caption, the task groups, their columns, then each method's row; the leader in bold
+    assert cells[1:3] == ["Maze", "ToolRL"] and cells[3:7] == ["best@6", "diversity", "best@6", "diversity"]
+    assert cells[cells.index("VPO"):cells.index("VPO") + 3] == ["VPO", "0.450 ± 0.029", "0.200 ± 0.058"]
+    assert "<b>0.450 ± 0.029</b>" in page and "**" not in page
+    assert render_main(table, TASKS, 6, latex=False, html=True) == page  # no random ids: reruns give the same file

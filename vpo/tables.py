@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -120,7 +121,7 @@ def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.
     return pd.DataFrame(rows)
 
 
-def render_evolve(table: pd.DataFrame, *, latex: bool) -> str:
+def render_evolve(table: pd.DataFrame, *, latex: bool, html: bool = False) -> str:
     cells = {}
     for method, group in table.groupby("method", sort=False):
         cells[method_label(method)] = {(task_label(r.task), f"t={r.iteration}"): format_cell(r.mean, r.stderr, latex=latex)
@@ -128,7 +129,7 @@ def render_evolve(table: pd.DataFrame, *, latex: bool) -> str:
     sizes = ", ".join(f"{task_label(t)} {int(n)}" for t, n in table.groupby("task", sort=False).n_problems.max().items())
     caption = (f"Evolutionary search (OpenEvolve): problems solved by iteration t, of the hardest problems "
                f"searched ({sizes}), mean ± standard error over training seeds.")
-    return render(cell_frame(cells), latex=latex, caption=caption)
+    return render(cell_frame(cells), latex=latex, caption=caption, html=html)
 
 
 # ---- rendering ----------------------------------------------------------------------------------
@@ -151,10 +152,26 @@ def escape_latex(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
 
 
-def render(cells: pd.DataFrame, *, latex: bool, caption: str) -> str:
-    """Formatted cells as Markdown (pandas' to_markdown: a group and its column share one header) or
+HTML_STYLE = [  # readable without a stylesheet: rules between rows, centred numbers, the caption above
+    {"selector": "", "props": "border-collapse: collapse; font-family: sans-serif; font-size: 14px;"},
+    {"selector": "caption", "props": "caption-side: top; text-align: left; padding-bottom: 8px; max-width: 60em;"},
+    {"selector": "th, td", "props": "padding: 4px 10px; border-bottom: 1px solid #ccc; text-align: center;"},
+    {"selector": "th.row_heading", "props": "text-align: left;"},
+]
+
+
+def render(cells: pd.DataFrame, *, latex: bool, caption: str, html: bool = False) -> str:
+    """Formatted cells as Markdown (pandas' to_markdown: a group and its column share one header),
     LaTeX (Styler.to_latex: booktabs rules, one spanning header per group; labels and caption
-    escaped, the cells are LaTeX already)."""
+    escaped, the cells are LaTeX already) or, from the Markdown cells, an HTML page (Styler.to_html;
+    the HTML report shows it as a table)."""
+    if html:
+        import html as html_lib
+
+        bold = cells.map(lambda c: re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html_lib.escape(str(c))))
+        styler = bold.style.format_index(html_lib.escape, axis=0).format_index(html_lib.escape, axis=1).hide(names=True)
+        styler = styler.set_caption(html_lib.escape(caption)).set_table_styles(HTML_STYLE).set_uuid("table")
+        return f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body>\n{styler.to_html()}</body></html>\n"
     if not latex:
         flat = cells.copy()
         if isinstance(flat.columns, pd.MultiIndex):
@@ -165,7 +182,7 @@ def render(cells: pd.DataFrame, *, latex: bool, caption: str) -> str:
                            column_format="l" + "c" * cells.shape[1], multicol_align="c")
 
 
-def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: bool) -> str:
+def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: bool, html: bool = False) -> str:
     marks = {t: lead_marks(table[f"{t}_best_at_{best_at}_mean"].tolist(), table[f"{t}_best_at_{best_at}_stderr"].tolist())
              for t in tasks}
     cells = {}
@@ -185,10 +202,10 @@ def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: b
                f"seed{'' if seeds == [1] else 's'}{' (one seed: no standard error, no leader marked)' if seeds == [1] else ''}. "
                f"Bold: leads every other method by more than one standard error on each side; "
                f"{TIE_MARK}: tied for the lead (intervals overlap).")
-    return render(cell_frame(cells)[pd.MultiIndex.from_tuples(columns)], latex=latex, caption=caption)
+    return render(cell_frame(cells)[pd.MultiIndex.from_tuples(columns)], latex=latex, caption=caption, html=html)
 
 
-def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool) -> str:
+def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool, html: bool = False) -> str:
     budget = int(table.k.max())
     ks = [k for k in LANDMARKS if k < budget] + [budget]
     name = {"best_at_k": "best@k", "pass_at_k": "pass@k"}.get(metric, metric)
@@ -198,20 +215,19 @@ def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool) ->
         cells[method_label(method)] = {f"k={k}": format_cell(by_k.at[k, "mean"], by_k.at[k, "stderr"], latex=latex)
                                        for k in ks}
     caption = f"{task_label(task)}: {name} by number of candidates k, mean ± standard error over training seeds."
-    return render(cell_frame(cells), latex=latex, caption=caption)
+    return render(cell_frame(cells), latex=latex, caption=caption, html=html)
 
 
-def write_outputs(frame: pd.DataFrame, md: str, tex: str, outputs: list[str]) -> None:
+def write_outputs(frame: pd.DataFrame, render_as, outputs: list[str]) -> None:
+    """The numbers as CSV; the formatted table as Markdown, LaTeX or HTML (`render_as(latex=, html=)`)."""
     for path in outputs:
         suffix = Path(path).suffix
         if suffix == ".csv":
             write_text_atomic(path, frame.to_csv(index=False))
-        elif suffix == ".md":
-            write_text_atomic(path, md)
-        elif suffix == ".tex":
-            write_text_atomic(path, tex)
+        elif suffix in (".md", ".tex", ".html"):
+            write_text_atomic(path, render_as(latex=suffix == ".tex", html=suffix == ".html"))
         else:
-            raise ValueError(f"{path}: unknown table format {suffix!r}; use .csv, .md or .tex")
+            raise ValueError(f"{path}: unknown table format {suffix!r}; use .csv, .md, .tex or .html")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -229,7 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     evolve.add_argument("--at", required=True, help="comma-separated iterations (columns), e.g. 50,100,200")
     for p in (main, curve, evolve):
         p.add_argument("--methods", required=True, help="comma-separated methods (row order)")
-        p.add_argument("--out", nargs="+", required=True, help="output files: .csv, .md and/or .tex")
+        p.add_argument("--out", nargs="+", required=True, help="output files: .csv, .md, .tex and/or .html")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -237,17 +253,14 @@ def run(args: argparse.Namespace) -> int:
     if args.table == "evolve":
         curves = pd.concat([read_csv_table(path) for path in args.curves], ignore_index=True)
         table = evolve_table(curves, methods, [int(t) for t in args.at.split(",")])
-        write_outputs(table, render_evolve(table, latex=False), render_evolve(table, latex=True), args.out)
+        write_outputs(table, lambda **fmt: render_evolve(table, **fmt), args.out)
         return 0
     summary = read_csv_table(args.summary)
     if args.table == "main":
         tasks = args.tasks.split(",")
         table = main_table(summary, methods, tasks, args.best_at)
-        md = render_main(table, tasks, args.best_at, latex=False)
-        tex = render_main(table, tasks, args.best_at, latex=True)
+        write_outputs(table, lambda **fmt: render_main(table, tasks, args.best_at, **fmt), args.out)
     else:
         table = curve_table(summary, methods, args.task, args.metric)
-        md = render_curve(table, args.task, args.metric, latex=False)
-        tex = render_curve(table, args.task, args.metric, latex=True)
-    write_outputs(table, md, tex, args.out)
+        write_outputs(table, lambda **fmt: render_curve(table, args.task, args.metric, **fmt), args.out)
     return 0
