@@ -166,8 +166,16 @@ def table_outputs():
     return main + per_task
 
 
+def main_methods():
+    """The methods of the main pass@k and best@k figures (report.main_methods) that are in the grid;
+    all of the grid's when none is."""
+    return [m for m in CFG["report"]["main_methods"] if m in METHODS] or list(METHODS)
+
+
 def figure_outputs():
     figures = ["figures/pass_at_k.pdf", "figures/best_at_k.pdf"]
+    if set(METHODS) - set(main_methods()):  # every method, in the appendix
+        figures += ["figures/appendix_pass_at_k.pdf", "figures/appendix_best_at_k.pdf"]
     if diversity_methods():
         figures.append("figures/diversity_over_training.pdf")
     return figures + ["figures/mechanism_bandit.pdf", "figures/mechanism_advantage.pdf"]  # seconds, no model

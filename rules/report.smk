@@ -106,7 +106,7 @@ rule figure_pass_at_k:
         png=report("figures/pass_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/pass_at_k.rst"),
     params:
         scale=SCALE,
-        methods=",".join(METHODS),
+        methods=",".join(main_methods()),
         tasks=",".join(TASKS),
     log:
         "logs/report/figure_pass_at_k.log",
@@ -130,7 +130,7 @@ rule figure_best_at_k:
         png=report("figures/best_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/best_at_k.rst"),
     params:
         scale=SCALE,
-        methods=",".join(METHODS),
+        methods=",".join(main_methods()),
         tasks=",".join(TASKS),
     log:
         "logs/report/figure_best_at_k.log",
@@ -142,6 +142,33 @@ rule figure_best_at_k:
         "../envs/plot.yaml"
     shell:
         "python -m vpo.cli plot curve --metric best_at_k --summary {input.summary} --per-seed {input.per_seed}"
+        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
+
+
+rule figure_appendix_curve:
+    input:
+        summary=rules.aggregate.output.summary,
+        per_seed=rules.aggregate.output.per_seed,
+    output:
+        pdf="figures/appendix_{metric}.pdf",
+        png=report("figures/appendix_{metric}.png", category="Figures", subcategory="appendix: every method",
+                   caption="../workflow/report/appendix_curve.rst"),
+    wildcard_constraints:
+        metric="best_at_k|pass_at_k",
+    params:
+        scale=SCALE,
+        methods=",".join(METHODS),
+        tasks=",".join(TASKS),
+    log:
+        "logs/report/figure_appendix_{metric}.log",
+    threads: res("report", "threads")
+    resources:
+        mem_mb=per_attempt("report", "mem_mb"),
+        runtime=per_attempt("report", "runtime"),
+    conda:
+        "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli plot curve --metric {wildcards.metric} --summary {input.summary} --per-seed {input.per_seed}"
         " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
 
 

@@ -176,3 +176,30 @@ def test_tables_render_as_html_for_the_report(tmp_path):
     assert cells[cells.index("VPO"):cells.index("VPO") + 3] == ["VPO", "0.450 ± 0.029", "0.200 ± 0.058"]
     assert "<b>0.450 ± 0.029</b>" in page and "**" not in page
     assert render_main(table, TASKS, 6, latex=False, html=True) == page  # no random ids: reruns give the same file
+
+
+def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
+    """The nine methods x five tasks of the paper grid, from a synthetic summary."""
+    import matplotlib.text
+
+    from vpo.methods import METHODS as ALL
+    from vpo.plots import FONT_PT, MIN_FONT_PT, TEXT_WIDTH_IN, method_style
+
+    methods, tasks = list(ALL), ["maze", "musique", "eureqa", "tool", "lcb"]
+    paths = []
+    for t, task in enumerate(tasks):
+        for m, method in enumerate(methods):
+            for seed in range(3):
+                best = [round(0.05 * m + 0.02 * seed + 0.01 * t + 0.03 * math.log(k), 4) for k in range(1, 31)]
+                paths.append(eval_json(tmp_path / f"{task}_{method}_{seed}.json", task, method, seed, best))
+    summary = aggregate_evals(paths)[1]
+    fig = plot_curves(summary, "best_at_k", methods, tasks, tmp_path / "appendix_best_at_k.png")
+    width = fig.get_size_inches()[0]
+    smallest = min(t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip())
+    assert smallest * min(1.0, TEXT_WIDTH_IN / width) >= MIN_FONT_PT  # scaled to the text width
+    assert smallest >= FONT_PT - 1
+    styles = [method_style(m) for m in methods]
+    assert len({s["color"] for s in styles}) == 9  # a colour each
+    assert len({(s["ls"], s["marker"]) for s in styles}) == 9  # and told apart without colour
+    lines = [ax.get_lines() for ax in fig.axes if ax.get_visible()]
+    assert [line.get_marker() for line in lines[0]] == [s["marker"] for s in styles]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vpo.plots import draw_band, draw_curve_panel, finish, seed_note
+from vpo.plots import draw_band, draw_curve_panel, finish, max_width_in, seed_note, use_figure_fonts
 from vpo.tables import task_label
 
 SEARCH_METRICS = {"solved": "problems solved by iteration t", "mean_best": "mean best score by iteration t"}
@@ -27,7 +27,7 @@ def draw_search_panel(ax, curves: pd.DataFrame, task: str, metric: str, methods:
         n_seeds.add(int(rows.n_seeds.min()))
         n_problems = max(n_problems, int(rows.n_problems.max()))
         draw_band(ax, rows.iteration.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                  marker="o" if len(rows) <= 12 else None)
+                  mark_all=len(rows) <= 12)
     ax.set_xlabel("search iteration t")
     if metric == "solved":
         ax.set_ylabel(f"problems solved (of {n_problems})")
@@ -56,20 +56,18 @@ def plot_evolve(curves: pd.DataFrame, task: str, methods: list[str], out, scale:
 def plot_case_study(summary: pd.DataFrame, per_seed: pd.DataFrame | None, curves: pd.DataFrame,
                     methods: list[str], out, scale: str | None = None):
     """The LiveCodeBench case study's four panels (a)-(d) in one row; saves to `out`, returns the figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_figure_fonts()
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(16.0, 4.3))
+    fig, axes = plt.subplots(1, 4, figsize=(max_width_in(), 3.3))  # one row, as the paper's
     axes = list(axes)
     n_seeds = set()
     for ax, metric, letter in zip(axes[:2], ("pass_at_k", "best_at_k"), "ab"):
         n_seeds |= draw_curve_panel(ax, summary, metric, methods, "lcb", per_seed)
-        ax.set_title(f"({letter}) {'pass@k' if metric == 'pass_at_k' else 'best@k'}: whole test split")
+        ax.set_title(f"({letter}) {'pass@k' if metric == 'pass_at_k' else 'best@k'}, all problems")
     for ax, metric, letter in zip(axes[2:], SEARCH_METRICS, "cd"):
         n_seeds |= draw_search_panel(ax, curves, "lcb", metric, methods)
-        ax.set_title(f"({letter}) OpenEvolve, hardest: {'solved' if metric == 'solved' else 'mean best@t'}")
+        ax.set_title(f"({letter}) search: {'solved' if metric == 'solved' else 'mean best@t'}")
     finish(fig, axes, out, title="LiveCodeBench case study", n_seeds=n_seeds,
            note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
     return fig

@@ -31,23 +31,66 @@ SMOOTH_STEPS = 5  # moving-average window of the diversity-over-training lines
 METRIC_LABELS = {"pass_at_k": "pass@k", "best_at_k": "best@k (task scalar)", "best_at_k_perm": "best@k (one permutation)"}
 
 
+# One look per method in every figure: Okabe-Ito colours (told apart with the common colour-vision
+# deficiencies), and a line style and marker of its own so that greyscale prints separate them too.
+# VPO is blue and GRPO vermillion, as in the paper; VPO (m=1) is VPO's lighter blue, dashed.
+METHOD_STYLES = {  # method: (colour, line style, marker)
+    "grpo": ("#D55E00", "-", "o"),
+    "gdpo": ("#CC79A7", "--", "v"),
+    "maxrl": ("#8C6D00", "-.", "P"),
+    "max_at_k": ("#E69F00", "--", "s"),
+    "multi_rlvr": ("#009E73", "-.", "^"),
+    "vpo": ("#0072B2", "-", "D"),
+    "vpo_single": ("#56B4E9", "--", "d"),
+    "goal_cond": ("#000000", ":", "X"),
+    "random_weight": ("#999999", ":", "*"),
+}
+
+
 def method_color(method: str) -> str:
-    """tab10 colour by the method's place in the method table; VPO is always blue as in the paper."""
-    palette = ["#7f7f7f", "#8c564b", "#9467bd", "#ff7f0e", "#2ca02c", "#1f77b4", "#17becf", "#d62728", "#e377c2"]
-    index = METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
-    return palette[index % len(palette)]
+    return METHOD_STYLES.get(method, ("#555555", "-", "o"))[0]
+
+
+def method_style(method: str) -> dict:
+    """matplotlib keywords of a method's line: colour, line style, marker."""
+    color, linestyle, marker = METHOD_STYLES.get(method, ("#555555", "-", "o"))
+    return {"color": color, "ls": linestyle, "marker": marker}
+
+
+FONT_PT = 9  # every text in a figure
+TEXT_WIDTH_IN = 6.75  # a paper's text width: figures are at most FONT_PT / MIN_FONT_PT times wider
+MIN_FONT_PT = 7  # the smallest text once a figure is scaled to the text width
+PANEL_IN = (4.2, 3.4)  # a panel's width and height when the figure is not limited by the text width
+
+
+def use_figure_fonts() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT,
+                                "xtick.labelsize": FONT_PT - 1, "ytick.labelsize": FONT_PT - 1,
+                                "legend.fontsize": FONT_PT})
+
+
+def max_width_in() -> float:
+    """The widest figure whose smallest text (FONT_PT - 1, the ticks) is MIN_FONT_PT at text width."""
+    return TEXT_WIDTH_IN * (FONT_PT - 1) / MIN_FONT_PT
 
 
 def panel_grid(n_panels: int):
-    """A figure with one axis per panel: a single row up to three panels, else rows of three."""
+    """A figure with one axis per panel: a single row up to three panels, else rows of three. Wide
+    grids are narrowed so their 9 pt text stays >= 7 pt when the figure is scaled to the text width."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    use_figure_fonts()
     ncols = min(n_panels, 3)
     nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows + 0.9), squeeze=False)
+    width = min(PANEL_IN[0] * ncols, max_width_in())
+    panel_height = PANEL_IN[1] * width / (PANEL_IN[0] * ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_height * nrows + 1.1), squeeze=False)
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n_panels])
@@ -56,11 +99,15 @@ def panel_grid(n_panels: int):
 MIN_SEEDS_FOR_BAND = 3  # with fewer training seeds a standard error says little: draw every seed
 
 
-def draw_band(ax, x, mean, stderr, *, method: str, marker: str | None = None, seeds: list | None = None) -> None:
-    """Mean line plus a ±1 standard-error band; with fewer than MIN_SEEDS_FOR_BAND seeds and their
-    lines given (`seeds`: (x, y) per seed), each seed as a thin line instead of the band."""
-    color = method_color(method)
-    ax.plot(x, mean, color=color, label=method_label(method), lw=1.8, marker=marker, ms=3)
+def draw_band(ax, x, mean, stderr, *, method: str, mark_all: bool = False, seeds: list | None = None) -> None:
+    """Mean line in the method's style plus a ±1 standard-error band; with fewer than
+    MIN_SEEDS_FOR_BAND seeds and their lines given (`seeds`: (x, y) per seed), each seed as a thin
+    line instead of the band. mark_all: a marker on every point, else about six per line."""
+    style = method_style(method)
+    color = style["color"]
+    if not mark_all:
+        style["markevery"] = max(1, len(x) // 6)
+    ax.plot(x, mean, label=method_label(method), lw=1.6, ms=3.5, **style)
     if seeds is not None and len(seeds) < MIN_SEEDS_FOR_BAND:
         for seed_x, seed_y in seeds:
             ax.plot(seed_x, seed_y, color=color, lw=0.7, alpha=0.45)
@@ -99,18 +146,20 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
-    ncol = min(len(labels), 2 * min(len(axes), 3))  # two legend entries fit under each panel
+    width_in, height_in = fig.get_size_inches()
+    ncol = min(len(labels), max(2, int(width_in / 1.6)))  # a legend entry takes about 1.6 in
     legend_rows = math.ceil(len(labels) / ncol)
     fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
-    note = textwrap.fill(note or finish_default_note(n_seeds), width=55 * min(len(axes), 3))
-    width = 55 * min(len(axes), 3)
+    width = int(width_in * 72 / (0.55 * FONT_PT))  # characters per title line
+    note = textwrap.fill(note or finish_default_note(n_seeds), width=width)
     scale_line = textwrap.fill(scale, width=width) + "\n" if scale else ""
-    fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=10)
+    title = textwrap.fill(title, width=width)
+    fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=FONT_PT)
     for ax in axes:
         if ax.get_xscale() == "linear":  # integer steps and k; log axes keep their own ticks
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    rows = math.ceil(len(axes) / 3)
-    fig.tight_layout(rect=(0, (0.02 + 0.07 * legend_rows) / rows, 1, 0.97 if scale else 1))
+    line_in = 1.45 * FONT_PT / 72  # one line of text
+    fig.tight_layout(rect=(0, (0.1 + line_in * legend_rows) / height_in, 1, 1))
     with atomic_file(out) as tmp:
         fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 
@@ -133,7 +182,7 @@ def draw_curve_panel(ax, summary: pd.DataFrame, metric: str, methods: list[str],
             seeds = [(g.sort_values("k").k.to_numpy(), g.sort_values("k").value.to_numpy())
                      for _, g in mine.groupby("train_seed")]
         draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                  marker="o" if len(rows) <= 12 else None, seeds=seeds)
+                  mark_all=len(rows) <= 12, seeds=seeds)
     ax.set_title(task_label(task))
     budget = int(summary[(summary.task == task) & (summary.metric == metric)].k.max())
     ax.set_xscale("log", base=2)  # pass@k and best@k change most at small k
