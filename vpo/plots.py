@@ -157,7 +157,7 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
     fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=FONT_PT)
     for ax in axes:
         if ax.get_xscale() == "linear":  # integer steps and k; log axes keep their own ticks
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     line_in = 1.45 * FONT_PT / 72  # one line of text
     fig.tight_layout(rect=(0, (0.1 + line_in * legend_rows) / height_in, 1, 1))
     with atomic_file(out) as tmp:
