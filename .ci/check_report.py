@@ -74,11 +74,11 @@ def main(report: str, out_dir: str, preset: str) -> int:
         problems.append("the front page is blank")
     if f"This run: preset <strong>{preset}</strong>" not in dom:
         problems.append(f"the front page does not name the resolved preset {preset!r}")
-    figure, dom = view(report, ["Figures", "main results", "view:figures/pass_at_k.png"], out / "report_figure.png")
+    figure, dom = view(report, ["Figures", "main results", f"view:figures/{preset}/pass_at_k.png"], out / "report_figure.png")
     blue = (np.abs(figure - VPO_BLUE).max(axis=-1) < 0.06).sum()
     if "data:image/png" not in dom.split("<nav", 1)[-1] or blue < 200:
         problems.append(f"the pass@k figure is not shown ({blue} VPO-blue pixels)")
-    table, dom = view(report, ["Tables", "main results", "view:results/tables/main_table.html"], out / "report_table.png")
+    table, dom = view(report, ["Tables", "main results", f"view:results/{preset}/tables/main_table.html"], out / "report_table.png")
     frame = [part for part in dom.split("<iframe")[1:] if "main_table" in part or "text/html" in part]
     if not frame or drawn_share(table) < 0.02 or (table != front[:, :, :3]).mean() < 0.05:
         problems.append("the main table is not shown (no frame with it, or the view did not change)")

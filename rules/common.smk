@@ -35,7 +35,7 @@ METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 # Every `vpo` command reads a snapshot of the resolved config, so --configfile/--config overrides
 # reach the commands exactly as the workflow sees them. It is named by its content (no later call
 # can change it under a running job) and written when jobs are about to run, never by a dry-run,
-# --report or --rulegraph; results/config.yaml is a copy for people (the latest run's config).
+# --report or --rulegraph; results/<preset>/config.yaml is a copy for people (the preset's latest run).
 # Jobs find it in $VPO_CONFIG_SNAPSHOT (set by the shell prefix below), not in params, so editing a
 # key that no cell uses reruns nothing.
 CONFIG_SNAPSHOT = f"results/config/{settings_digest(CFG)[:16]}.yaml"
@@ -43,7 +43,7 @@ CONFIG_SNAPSHOT = f"results/config/{settings_digest(CFG)[:16]}.yaml"
 
 onstart:
     write_config(CFG, CONFIG_SNAPSHOT)
-    write_config(CFG, "results/config.yaml")
+    write_config(CFG, f"{RESULTS}/config.yaml")
 # Every job's shell: (unless conda provides the software) the Python that runs Snakemake, so a
 # venv need not be activated. Jobs get the snapshot and preset as --config / --preset flags.
 _python_dir = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
@@ -61,9 +61,14 @@ wildcard_constraints:
 
 
 # ---- paths (DESIGN.md section 4) --------------------------------------------------------------
-DATA = "results/data/{task}"
-BASE = "results/base/{task}/{prompt}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
-CELL = "results/runs/{task}/{method}/seed{seed}"
+# Each preset has its own tree, so cpu, ci and paper runs in one checkout never redo or overwrite
+# each other's outputs; figures/<name> is a copy of the latest run's figure (rule publish_figure).
+RESULTS = f"results/{PRESET}"
+FIGURES = f"figures/{PRESET}"
+LOGS = f"logs/{PRESET}"
+DATA = RESULTS + "/data/{task}"
+BASE = RESULTS + "/base/{task}/{prompt}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
+CELL = RESULTS + "/runs/{task}/{method}/seed{seed}"
 
 
 def eval_seeds(task):
@@ -159,9 +164,9 @@ TABLE_FORMATS = ["csv", "md", "tex", "html"]  # the numbers; Markdown, LaTeX and
 
 
 def table_outputs():
-    main = expand("results/tables/main_table.{ext}", ext=TABLE_FORMATS)
+    main = expand(RESULTS + "/tables/main_table.{ext}", ext=TABLE_FORMATS)
     per_task = expand(
-        "results/tables/{metric}_{task}.{ext}", metric=["best_at_k", "pass_at_k"], task=TASKS, ext=TABLE_FORMATS
+        RESULTS + "/tables/{metric}_{task}.{ext}", metric=["best_at_k", "pass_at_k"], task=TASKS, ext=TABLE_FORMATS
     )
     return main + per_task
 
@@ -173,12 +178,12 @@ def main_methods():
 
 
 def figure_outputs():
-    figures = ["figures/pass_at_k.pdf", "figures/best_at_k.pdf"]
+    figures = [FIGURES + "/pass_at_k.pdf", FIGURES + "/best_at_k.pdf"]
     if set(METHODS) - set(main_methods()):  # every method, in the appendix
-        figures += ["figures/appendix_pass_at_k.pdf", "figures/appendix_best_at_k.pdf"]
+        figures += [FIGURES + "/appendix_pass_at_k.pdf", FIGURES + "/appendix_best_at_k.pdf"]
     if diversity_methods():
-        figures.append("figures/diversity_over_training.pdf")
-    return figures + ["figures/mechanism_bandit.pdf", "figures/mechanism_advantage.pdf"]  # seconds, no model
+        figures.append(FIGURES + "/diversity_over_training.pdf")
+    return figures + [FIGURES + "/mechanism_bandit.pdf", FIGURES + "/mechanism_advantage.pdf"]  # seconds, no model
 
 
 def case_study_methods():
@@ -193,13 +198,15 @@ def evolve_table_iterations():
 
 
 def evolve_outputs():
-    figures = expand("figures/evolve_{task}.pdf", task=TASKS)
+    figures = expand(FIGURES + "/evolve_{task}.pdf", task=TASKS)
     if "lcb" in TASKS and case_study_methods():
-        figures.append("figures/lcb_case_study.pdf")
-    return figures + expand("results/tables/evolve.{ext}", ext=TABLE_FORMATS)
+        figures.append(FIGURES + "/lcb_case_study.pdf")
+    return figures + expand(RESULTS + "/tables/evolve.{ext}", ext=TABLE_FORMATS)
 
 
 def final_outputs():
     outputs = figure_outputs() + table_outputs() + evolve_outputs()
     # every figure also as PNG (the HTML report's rendering): asked for, so a tree from before is completed
-    return outputs + [path[:-4] + ".png" for path in outputs if path.startswith("figures/")]
+    pngs = [path[:-4] + ".png" for path in outputs if path.startswith(FIGURES + "/")]
+    figures = [path for path in outputs + pngs if path.startswith(FIGURES + "/")]
+    return outputs + pngs + ["figures/" + os.path.basename(path) for path in figures]  # rule publish_figure

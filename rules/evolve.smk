@@ -1,7 +1,7 @@
 # Evolutionary search (paper section 4): per task, the hardest test problems from the standard
 # evaluation; one OpenEvolve search per cell with the cell's model; search curves -> figures, table.
 
-EVOLVE = "results/evolve/{task}"
+EVOLVE = RESULTS + "/evolve/{task}"
 
 
 def eval_pools(wildcards):
@@ -22,7 +22,7 @@ rule evolve_select:
         preset=PRESET,
         select=lambda wc: [CFG["evolve"]["n_problems"], CFG["report"]["best_at"]],
     log:
-        "logs/evolve/{task}/select.log",
+        LOGS + "/evolve/{task}/select.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -49,7 +49,7 @@ rule evolve_search:
         # rerun when the search or the model's sampling changes (the job also restarts its own state then)
         evolve_digest=lambda wc: settings_digest([CFG["evolve"], task_settings(CFG, wc.task)["eval"]]),
     log:
-        "logs/evolve/{task}/{method}/seed{seed}.log",
+        LOGS + "/evolve/{task}/{method}/seed{seed}.log",
     threads: res("evolve", "threads")
     resources:
         gpu=eval_gpus,
@@ -70,7 +70,7 @@ rule aggregate_evolve:
     output:
         f"{AGG}/evolve_{{task}}.csv",
     log:
-        "logs/report/aggregate_evolve_{task}.log",
+        LOGS + "/report/aggregate_evolve_{task}.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -85,14 +85,14 @@ rule figure_evolve:
     input:
         rules.aggregate_evolve.output,
     output:
-        pdf="figures/evolve_{task}.pdf",
-        png=report("figures/evolve_{task}.png", category="Figures", subcategory="evolutionary search",
+        pdf=FIGURES + "/evolve_{task}.pdf",
+        png=report(FIGURES + "/evolve_{task}.png", category="Figures", subcategory="evolutionary search",
                caption="../workflow/report/evolve.rst"),
     params:
         scale=SCALE,
         methods=",".join(METHODS),
     log:
-        "logs/report/figure_evolve_{task}.log",
+        LOGS + "/report/figure_evolve_{task}.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -110,13 +110,13 @@ rule figure_lcb_case_study:
         per_seed=rules.aggregate.output.per_seed,
         evolve=f"{AGG}/evolve_lcb.csv",
     output:
-        pdf="figures/lcb_case_study.pdf",
-        png=report("figures/lcb_case_study.png", category="Figures", subcategory="evolutionary search", caption="../workflow/report/lcb_case_study.rst"),
+        pdf=FIGURES + "/lcb_case_study.pdf",
+        png=report(FIGURES + "/lcb_case_study.png", category="Figures", subcategory="evolutionary search", caption="../workflow/report/lcb_case_study.rst"),
     params:
         scale=SCALE,
         methods=",".join(case_study_methods()),
     log:
-        "logs/report/figure_lcb_case_study.log",
+        LOGS + "/report/figure_lcb_case_study.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -132,16 +132,16 @@ rule evolve_table:
     input:
         expand(f"{AGG}/evolve_{{task}}.csv", task=TASKS),
     output:
-        csv="results/tables/evolve.csv",
-        md="results/tables/evolve.md",
-        tex="results/tables/evolve.tex",
-        html=report("results/tables/evolve.html", category="Tables", subcategory="evolutionary search",
+        csv=RESULTS + "/tables/evolve.csv",
+        md=RESULTS + "/tables/evolve.md",
+        tex=RESULTS + "/tables/evolve.tex",
+        html=report(RESULTS + "/tables/evolve.html", category="Tables", subcategory="evolutionary search",
                     caption="../workflow/report/evolve_table.rst"),
     params:
         methods=",".join(METHODS),
         at=",".join(str(t) for t in evolve_table_iterations()),
     log:
-        "logs/report/evolve_table.log",
+        LOGS + "/report/evolve_table.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),

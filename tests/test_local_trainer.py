@@ -183,7 +183,7 @@ def test_bad_input_fails_before_training(tiny_config, tiny_maze_data, tiny_base_
         main(train_args(tiny_config, tmp_path / "no_data", tiny_base_model, tmp_path / "r"))
     with pytest.raises(ValueError, match="unknown method"):
         main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="ppo_typo"))
-    with pytest.raises(ValueError, match=r"vpo answers multi prompts but .* single prompts; pass results/base/maze/multi"):
+    with pytest.raises(ValueError, match=r"vpo answers multi prompts but .* single prompts; pass results/<preset>/base/maze/multi"):
         main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="vpo"))
     assert not (tmp_path / "r").exists()
 

@@ -42,7 +42,7 @@ def dryrun(workdir, config=None, targets=(), executor="dryrun"):
 def kinds(files):
     """Count planned files by what they are (the rule that writes them)."""
     def kind(path):
-        if path.startswith("results/runs/"):
+        if re.match(r"results/[^/]+/runs/", path):
             return "model" if path.endswith("/model") else Path(path).suffix.lstrip(".") if "/eval/" in path else Path(path).name
         return re.sub(r"_(maze|musique|eureqa|tool|lcb)\.", ".", path.split("/")[-1])
     return Counter(kind(f) for f in files)
@@ -55,13 +55,16 @@ def test_cpu_preset_plans_every_rule(tmp_path):
     assert counts["train.json"] == 12 and counts["model"] == 12 and counts["json"] == 12 and counts["parquet"] == 12
     assert counts["train.parquet"] == counts["test.parquet"] == 1
     # one warm start per prompt form in use: grpo and max_at_k answer single, multi_rlvr and vpo multi
-    assert sorted(f for f in files if f.startswith("results/base/")) == [
-        "results/base/maze/multi/base.json", "results/base/maze/single/base.json"]
-    for target in ["figures/pass_at_k.pdf", "figures/best_at_k.pdf", "figures/diversity_over_training.pdf",
-                   "results/tables/main_table.csv", "results/tables/main_table.md", "results/tables/main_table.tex",
-                   "results/tables/best_at_k_maze.tex", "results/tables/pass_at_k_maze.md",
-                   "results/aggregate/summary.csv", "results/aggregate/training_curves.csv"]:
+    assert sorted(f for f in files if f.startswith("results/cpu/base/")) == [
+        "results/cpu/base/maze/multi/base.json", "results/cpu/base/maze/single/base.json"]
+    for target in ["figures/cpu/pass_at_k.pdf", "figures/cpu/best_at_k.pdf", "figures/cpu/diversity_over_training.pdf",
+                   "results/cpu/tables/main_table.csv", "results/cpu/tables/main_table.md",
+                   "results/cpu/tables/main_table.tex", "results/cpu/tables/best_at_k_maze.tex",
+                   "results/cpu/tables/pass_at_k_maze.md", "results/cpu/aggregate/summary.csv",
+                   "results/cpu/aggregate/training_curves.csv",
+                   "figures/pass_at_k.pdf", "figures/pass_at_k.png"]:  # the latest run's copies
         assert target in files
+    assert all(f.startswith(("results/cpu/", "figures/")) for f in files)
     # the resolved config every vpo command reads is written when a run starts, not by the plan
     assert not (tmp_path / "results").exists()
 
@@ -73,52 +76,76 @@ def test_paper_grid_through_the_slurm_executor(tmp_path):
     assert counts["train.json"] == 135 and counts["model"] == 135
     assert counts["json"] == 9 * 3 * (1 + 1 + 4 + 4 + 1)
     assert counts["parquet"] == 9 * 3 * 11 and counts["train.parquet"] == counts["test.parquet"] == 5
-    assert not any(f.startswith("results/base/") for f in files)  # veRL trains from the hub model
-    assert sum(f.startswith("results/tables/best_at_k_") for f in files) == 5 * 4  # csv, md, tex, html per task
+    assert not any(f.startswith("results/paper/base/") for f in files)  # veRL trains from the hub model
+    assert sum(f.startswith("results/paper/tables/best_at_k_") for f in files) == 5 * 4  # csv, md, tex, html per task
     for method in ("grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"):
-        assert f"results/runs/lcb/{method}/seed2/train.json" in files  # every method on code, multi-answer included
+        assert f"results/paper/runs/lcb/{method}/seed2/train.json" in files  # every method on code, multi-answer included
 
 
 def test_one_cell_is_rebuilt_alone(tmp_path):
-    cell = "results/runs/maze/vpo/seed1"
+    cell = "results/cpu/runs/maze/vpo/seed1"
     files = dryrun(tmp_path, targets=[f"{cell}/eval/evalseed0.json"])
-    assert files == sorted(["results/data/maze/train.parquet", "results/data/maze/test.parquet",
-                            "results/base/maze/multi/base.json", f"{cell}/train.json", f"{cell}/model",
+    assert files == sorted(["results/cpu/data/maze/train.parquet", "results/cpu/data/maze/test.parquet",
+                            "results/cpu/base/maze/multi/base.json", f"{cell}/train.json", f"{cell}/model",
                             f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json"])
 
 
-def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_path):
-    every = dryrun(tmp_path)
-    # (aggregate before evolve: results/aggregate/evolve_maze.csv is an aggregate)
-    stage = {"data": 0, "base": 1, "train.json": 2, "model": 3, "eval": 4, "hardest": 5, "aggregate": 7, "evolve": 6}
-    def level(path):
-        if path.startswith(("figures/", "results/tables/")):
-            return 8
-        for key, value in stage.items():
-            if f"/{key}" in path or path.endswith(key):
-                return value
-        return 8  # tables and figures
-    start = time.time() - 1000
-    for path in sorted(every, key=level):  # an up-to-date tree: every output newer than its inputs
-        target = tmp_path / path
+STAGES = {"data": 0, "base": 1, "train.json": 2, "model": 3, "eval": 4, "hardest": 5, "aggregate": 7, "evolve": 6}
+
+
+def stage(path):
+    """Where a planned file stands in the DAG (aggregate before evolve: .../aggregate/evolve_maze.csv
+    is an aggregate); tables and figures after everything, the copies in figures/ last."""
+    if re.fullmatch(r"figures/[^/]+", path):
+        return 9
+    if path.startswith("figures/") or "/tables/" in path:
+        return 8
+    for key, value in STAGES.items():
+        if f"/{key}" in path or path.endswith(key):
+            return value
+    return 8
+
+
+def complete(workdir, files, start):
+    """Make `files` exist, each newer than what it is made from: an up-to-date tree."""
+    for path in sorted(files, key=stage):
+        target = workdir / path
         if path.endswith("/model"):
             target.mkdir(parents=True, exist_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(path)
-        os.utime(target, (start + 10 * level(path),) * 2)
+        os.utime(target, (start + 10 * stage(path),) * 2)
+
+
+def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_path):
+    every = dryrun(tmp_path)
+    complete(tmp_path, every, time.time() - 1000)
     assert dryrun(tmp_path) == []
 
-    cell = "results/runs/maze/vpo/seed1"
+    cell = "results/cpu/runs/maze/vpo/seed1"
     os.utime(tmp_path / cell / "train.json")  # touch: now newer than everything
     replanned = dryrun(tmp_path)
     assert replanned == sorted(
         [f"{cell}/model", f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json",
-         "results/aggregate/summary.csv", "results/aggregate/per_seed.csv", "results/aggregate/training_curves.csv",
-         "results/evolve/maze/hardest.json", "results/aggregate/evolve_maze.csv"]
-        + [f for f in every if "/evolve/" in f and f.startswith("results/runs/")]  # the hardest set may change
-        + [f for f in every if f.startswith(("figures/", "results/tables/")) and "mechanism" not in f]
+         "results/cpu/aggregate/summary.csv", "results/cpu/aggregate/per_seed.csv",
+         "results/cpu/aggregate/training_curves.csv", "results/cpu/evolve/maze/hardest.json",
+         "results/cpu/aggregate/evolve_maze.csv"]
+        + [f for f in every if "/evolve/" in f and f.startswith("results/cpu/runs/")]  # the hardest set may change
+        + [f for f in every if f.startswith(("figures/", "results/cpu/tables/")) and "mechanism" not in f]
     )  # the bandit figure depends on no cell
+
+
+def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
+    cpu = dryrun(tmp_path)
+    complete(tmp_path, cpu, time.time() - 2000)
+    for preset in ("ci", "paper"):  # a finished cpu run, then another preset's plan
+        planned = dryrun(tmp_path, config={"preset": preset})
+        assert planned and all(f.startswith((f"results/{preset}/", f"figures/{preset}/")) or
+                               re.fullmatch(r"figures/[^/]+", f) for f in planned), preset
+    ci = dryrun(tmp_path, config={"preset": "ci"})
+    complete(tmp_path, ci, time.time() - 1000)  # a finished ci run after it: the cpu tree is untouched
+    assert dryrun(tmp_path) == [] and all((tmp_path / f).exists() for f in cpu)
 
 
 @pytest.mark.parametrize("config, key, words", [
@@ -159,7 +186,8 @@ PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggre
                 "evolve_select": 5, "evolve_search": 135, "aggregate_evolve": 5, "figure_evolve": 5,
                 "figure_lcb_case_study": 1, "evolve_table": 1,
                 "figure_appendix_curve": 2,  # pass@k and best@k with all nine methods
-                "all": 1, "total": 747}
+                "publish_figure": 26,  # figures/<name>: copies of the 13 figures, PDF and PNG
+                "all": 1, "total": 773}
 
 
 @pytest.mark.slow
@@ -204,7 +232,7 @@ def test_installed_profile_works_by_name(tmp_path):
 
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
-    assert job_counts(cli_dryrun(tmp_path))["total"] == 68
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 80
 
 
 def test_a_dry_run_writes_nothing_under_results(tmp_path):

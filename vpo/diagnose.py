@@ -1,7 +1,7 @@
 """`vpo diagnose RUN_DIR`: what a finished cell's model actually writes, read from its files.
 
-    vpo diagnose results/runs/maze/vpo/seed0            # a table on stdout
-    vpo diagnose results/runs/maze/*/seed0 --json       # one JSON object per cell
+    vpo diagnose results/cpu/runs/maze/vpo/seed0            # a table on stdout
+    vpo diagnose results/cpu/runs/maze/*/seed0 --json       # one JSON object per cell
 
 From the evaluation candidates (`eval/evalseed*.parquet`): the parse rate of every answer slot,
 response length in tokens against the evaluation's token limit and the share that hit it
@@ -112,7 +112,7 @@ def _print(report: dict[str, Any]) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", help="run directories: results/runs/<task>/<method>/seed<seed>")
+    parser.add_argument("runs", nargs="+", help="run directories: results/cpu/runs/<task>/<method>/seed<seed>")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run instead of a table")
 
 

@@ -335,7 +335,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="step", required=True)
     select = sub.add_parser("select", help="the hardest N test problems of a task (from eval pools)")
     select.add_argument("--out", required=True, help="hardest.json to write")
-    select.add_argument("pools", nargs="+", help="eval parquets (results/runs/T/M/seedS/eval/evalseedE.parquet)")
+    select.add_argument("pools", nargs="+", help="eval parquets (results/cpu/runs/T/M/seedS/eval/evalseedE.parquet)")
     search = sub.add_parser("search", help="one cell's OpenEvolve search on the hardest problems")
     search.add_argument("--model", required=True, help="the cell's merged model directory")
     search.add_argument("--task", required=True)

@@ -1,8 +1,8 @@
 """`vpo preprocess`: write a task's train.parquet and test.parquet in veRL's row schema.
 
-    vpo preprocess --task maze --out results/data/maze
-    vpo preprocess --task maze --out results/data/maze --train-size 256 --test-size 24 --score-mode linear
-    vpo preprocess --task maze --out results/data/maze --config config.yaml --preset cpu
+    vpo preprocess --task maze --out results/cpu/data/maze
+    vpo preprocess --task maze --out results/cpu/data/maze --train-size 256 --test-size 24 --score-mode linear
+    vpo preprocess --task maze --out results/cpu/data/maze --config config.yaml --preset cpu
 
 Settings come from, in increasing priority: the task's defaults (the paper's), the config's
 `task_settings.<task>.data` when --config is given, then the flags below

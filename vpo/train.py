@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
     parser.add_argument("--data", required=True, help="directory with train.parquet / test.parquet")
     parser.add_argument("--base-model", default=None, help="the `vpo base-model` directory (local backend; veRL on CPU: replaces the task's model)")
-    parser.add_argument("--out", required=True, help="run directory, e.g. results/runs/maze/vpo/seed0")
+    parser.add_argument("--out", required=True, help="run directory, e.g. results/cpu/runs/maze/vpo/seed0")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--print-command", action="store_true", help="verl backend: print the command only")
 

@@ -99,7 +99,7 @@ def train_local(spec: RunSpec) -> dict:
     built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
     if built.get("mode", method.prompt) != method.prompt:
         raise ValueError(f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
-                         f"{built['mode']} prompts; pass results/base/{spec.task}/{method.prompt} "
+                         f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
                          f"(vpo base-model --mode {method.prompt})")
     rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
                         alpha=float(spec.method_settings.get("alpha", 1.0)))
