@@ -66,9 +66,10 @@ wildcard_constraints:
 RESULTS = f"results/{PRESET}"
 FIGURES = f"figures/{PRESET}"
 LOGS = f"logs/{PRESET}"
-DATA = RESULTS + "/data/{task}"
-BASE = RESULTS + "/base/{task}/{prompt}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
-CELL = RESULTS + "/runs/{task}/{method}/seed{seed}"
+DATA = f"{RESULTS}/data/{{task}}"
+BASE = f"{RESULTS}/base/{{task}}/{{prompt}}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
+CELL = f"{RESULTS}/runs/{{task}}/{{method}}/seed{{seed}}"
+EVOLVE = f"{RESULTS}/evolve/{{task}}"  # the hardest problems of a task (rules/evolve.smk)
 
 
 def eval_seeds(task):
@@ -164,9 +165,9 @@ TABLE_FORMATS = ["csv", "md", "tex", "html"]  # the numbers; Markdown, LaTeX and
 
 
 def table_outputs():
-    main = expand(RESULTS + "/tables/main_table.{ext}", ext=TABLE_FORMATS)
+    main = expand(f"{RESULTS}/tables/main_table.{{ext}}", ext=TABLE_FORMATS)
     per_task = expand(
-        RESULTS + "/tables/{metric}_{task}.{ext}", metric=["best_at_k", "pass_at_k"], task=TASKS, ext=TABLE_FORMATS
+        f"{RESULTS}/tables/{{metric}}_{{task}}.{{ext}}", metric=["best_at_k", "pass_at_k"], task=TASKS, ext=TABLE_FORMATS
     )
     return main + per_task
 
@@ -178,12 +179,23 @@ def main_methods():
 
 
 def figure_outputs():
-    figures = [FIGURES + "/pass_at_k.pdf", FIGURES + "/best_at_k.pdf"]
+    figures = [f"{FIGURES}/pass_at_k.pdf", f"{FIGURES}/best_at_k.pdf"]
     if set(METHODS) - set(main_methods()):  # every method, in the appendix
-        figures += [FIGURES + "/appendix_pass_at_k.pdf", FIGURES + "/appendix_best_at_k.pdf"]
+        figures += [f"{FIGURES}/appendix_pass_at_k.pdf", f"{FIGURES}/appendix_best_at_k.pdf"]
     if diversity_methods():
-        figures.append(FIGURES + "/diversity_over_training.pdf")
-    return figures + [FIGURES + "/mechanism_bandit.pdf", FIGURES + "/mechanism_advantage.pdf"]  # seconds, no model
+        figures.append(f"{FIGURES}/diversity_over_training.pdf")
+    return figures + [f"{FIGURES}/mechanism_bandit.pdf", f"{FIGURES}/mechanism_advantage.pdf"]  # seconds, no model
+
+
+
+
+def eval_pools(wildcards):
+    """Every candidate pool of the task's standard evaluation (all methods, training and eval seeds)."""
+    return [path.replace(".json", ".parquet") for path in eval_jsons(tasks=[wildcards.task])]
+
+
+def evolve_summaries(task):
+    return [f"{CELL}/evolve/summary.json".format(task=task, method=m, seed=s) for m in METHODS for s in SEEDS]
 
 
 def case_study_methods():
@@ -198,15 +210,15 @@ def evolve_table_iterations():
 
 
 def evolve_outputs():
-    figures = expand(FIGURES + "/evolve_{task}.pdf", task=TASKS)
+    figures = expand(f"{FIGURES}/evolve_{{task}}.pdf", task=TASKS)
     if "lcb" in TASKS and case_study_methods():
-        figures.append(FIGURES + "/lcb_case_study.pdf")
-    return figures + expand(RESULTS + "/tables/evolve.{ext}", ext=TABLE_FORMATS)
+        figures.append(f"{FIGURES}/lcb_case_study.pdf")
+    return figures + expand(f"{RESULTS}/tables/evolve.{{ext}}", ext=TABLE_FORMATS)
 
 
 def final_outputs():
     outputs = figure_outputs() + table_outputs() + evolve_outputs()
     # every figure also as PNG (the HTML report's rendering): asked for, so a tree from before is completed
-    pngs = [path[:-4] + ".png" for path in outputs if path.startswith(FIGURES + "/")]
-    figures = [path for path in outputs + pngs if path.startswith(FIGURES + "/")]
-    return outputs + pngs + ["figures/" + os.path.basename(path) for path in figures]  # rule publish_figure
+    pngs = [path[:-4] + ".png" for path in outputs if path.startswith(f"{FIGURES}/")]
+    figures = [path for path in outputs + pngs if path.startswith(f"{FIGURES}/")]
+    return outputs + pngs + [f"figures/{os.path.basename(path)}" for path in figures]  # rule publish_figure

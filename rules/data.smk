@@ -12,7 +12,7 @@ rule preprocess:
         # rerun when the task's data options change
         data_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["data"]),
     log:
-        LOGS + "/preprocess/{task}.log",
+        f"{LOGS}/preprocess/{{task}}.log",
     threads: res("preprocess", "threads")
     resources:
         mem_mb=per_attempt("preprocess", "mem_mb"),
@@ -35,7 +35,7 @@ rule base_model:
         preset=PRESET,
         trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
     log:
-        LOGS + "/base_model/{task}/{prompt}.log",
+        f"{LOGS}/base_model/{{task}}/{{prompt}}.log",
     threads: res("base_model", "threads")
     resources:
         mem_mb=per_attempt("base_model", "mem_mb"),

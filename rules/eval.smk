@@ -13,7 +13,7 @@ rule eval:
         preset=PRESET,
         eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),
     log:
-        LOGS + "/eval/{task}/{method}/seed{seed}/evalseed{evalseed}.log",
+        f"{LOGS}/eval/{{task}}/{{method}}/seed{{seed}}/evalseed{{evalseed}}.log",
     threads: res("eval", "threads")
     resources:
         gpu=eval_gpus,

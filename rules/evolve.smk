@@ -1,18 +1,6 @@
 # Evolutionary search (paper section 4): per task, the hardest test problems from the standard
 # evaluation; one OpenEvolve search per cell with the cell's model; search curves -> figures, table.
 
-EVOLVE = RESULTS + "/evolve/{task}"
-
-
-def eval_pools(wildcards):
-    """Every candidate pool of the task's standard evaluation (all methods, training and eval seeds)."""
-    return [path.replace(".json", ".parquet") for path in eval_jsons(tasks=[wildcards.task])]
-
-
-def evolve_summaries(task):
-    return [f"{CELL}/evolve/summary.json".format(task=task, method=m, seed=s) for m in METHODS for s in SEEDS]
-
-
 rule evolve_select:
     input:
         eval_pools,
@@ -22,7 +10,7 @@ rule evolve_select:
         preset=PRESET,
         select=lambda wc: [CFG["evolve"]["n_problems"], CFG["report"]["best_at"]],
     log:
-        LOGS + "/evolve/{task}/select.log",
+        f"{LOGS}/evolve/{{task}}/select.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -49,7 +37,7 @@ rule evolve_search:
         # rerun when the search or the model's sampling changes (the job also restarts its own state then)
         evolve_digest=lambda wc: settings_digest([CFG["evolve"], task_settings(CFG, wc.task)["eval"]]),
     log:
-        LOGS + "/evolve/{task}/{method}/seed{seed}.log",
+        f"{LOGS}/evolve/{{task}}/{{method}}/seed{{seed}}.log",
     threads: res("evolve", "threads")
     resources:
         gpu=eval_gpus,
@@ -70,7 +58,7 @@ rule aggregate_evolve:
     output:
         f"{AGG}/evolve_{{task}}.csv",
     log:
-        LOGS + "/report/aggregate_evolve_{task}.log",
+        f"{LOGS}/report/aggregate_evolve_{{task}}.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -85,14 +73,14 @@ rule figure_evolve:
     input:
         rules.aggregate_evolve.output,
     output:
-        pdf=FIGURES + "/evolve_{task}.pdf",
-        png=report(FIGURES + "/evolve_{task}.png", category="Figures", subcategory="evolutionary search",
+        pdf=f"{FIGURES}/evolve_{{task}}.pdf",
+        png=report(f"{FIGURES}/evolve_{{task}}.png", category="Figures", subcategory="evolutionary search",
                caption="../workflow/report/evolve.rst"),
     params:
         scale=SCALE,
         methods=",".join(METHODS),
     log:
-        LOGS + "/report/figure_evolve_{task}.log",
+        f"{LOGS}/report/figure_evolve_{{task}}.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -110,13 +98,13 @@ rule figure_lcb_case_study:
         per_seed=rules.aggregate.output.per_seed,
         evolve=f"{AGG}/evolve_lcb.csv",
     output:
-        pdf=FIGURES + "/lcb_case_study.pdf",
-        png=report(FIGURES + "/lcb_case_study.png", category="Figures", subcategory="evolutionary search", caption="../workflow/report/lcb_case_study.rst"),
+        pdf=f"{FIGURES}/lcb_case_study.pdf",
+        png=report(f"{FIGURES}/lcb_case_study.png", category="Figures", subcategory="evolutionary search", caption="../workflow/report/lcb_case_study.rst"),
     params:
         scale=SCALE,
         methods=",".join(case_study_methods()),
     log:
-        LOGS + "/report/figure_lcb_case_study.log",
+        f"{LOGS}/report/figure_lcb_case_study.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -132,16 +120,16 @@ rule evolve_table:
     input:
         expand(f"{AGG}/evolve_{{task}}.csv", task=TASKS),
     output:
-        csv=RESULTS + "/tables/evolve.csv",
-        md=RESULTS + "/tables/evolve.md",
-        tex=RESULTS + "/tables/evolve.tex",
-        html=report(RESULTS + "/tables/evolve.html", category="Tables", subcategory="evolutionary search",
+        csv=f"{RESULTS}/tables/evolve.csv",
+        md=f"{RESULTS}/tables/evolve.md",
+        tex=f"{RESULTS}/tables/evolve.tex",
+        html=report(f"{RESULTS}/tables/evolve.html", category="Tables", subcategory="evolutionary search",
                     caption="../workflow/report/evolve_table.rst"),
     params:
         methods=",".join(METHODS),
         at=",".join(str(t) for t in evolve_table_iterations()),
     log:
-        LOGS + "/report/evolve_table.log",
+        f"{LOGS}/report/evolve_table.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),

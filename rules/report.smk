@@ -1,7 +1,7 @@
 # Everything after evaluation is cheap and separate from training, so restyling a figure or a
 # table never retrains: aggregate (all cells) -> one rule per table and per figure.
 
-AGG = RESULTS + "/aggregate"
+AGG = f"{RESULTS}/aggregate"
 
 
 rule aggregate:
@@ -13,7 +13,7 @@ rule aggregate:
     params:
         out=parent_dir,
     log:
-        LOGS + "/report/aggregate.log",
+        f"{LOGS}/report/aggregate.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -30,7 +30,7 @@ rule aggregate_training:
     output:
         f"{AGG}/training_curves.csv",
     log:
-        LOGS + "/report/aggregate_training.log",
+        f"{LOGS}/report/aggregate_training.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -45,17 +45,17 @@ rule main_table:
     input:
         rules.aggregate.output.summary,
     output:
-        csv=RESULTS + "/tables/main_table.csv",
-        md=RESULTS + "/tables/main_table.md",
-        tex=RESULTS + "/tables/main_table.tex",
-        html=report(RESULTS + "/tables/main_table.html", category="Tables", subcategory="main results",
+        csv=f"{RESULTS}/tables/main_table.csv",
+        md=f"{RESULTS}/tables/main_table.md",
+        tex=f"{RESULTS}/tables/main_table.tex",
+        html=report(f"{RESULTS}/tables/main_table.html", category="Tables", subcategory="main results",
                     caption="../workflow/report/main_table.rst"),
     params:
         best_at=CFG["report"]["best_at"],
         methods=",".join(METHODS),
         tasks=",".join(TASKS),
     log:
-        LOGS + "/report/main_table.log",
+        f"{LOGS}/report/main_table.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -71,11 +71,11 @@ rule curve_table:
     input:
         rules.aggregate.output.summary,
     output:
-        csv=RESULTS + "/tables/{metric}_{task}.csv",
-        md=RESULTS + "/tables/{metric}_{task}.md",
-        tex=RESULTS + "/tables/{metric}_{task}.tex",
+        csv=f"{RESULTS}/tables/{{metric}}_{{task}}.csv",
+        md=f"{RESULTS}/tables/{{metric}}_{{task}}.md",
+        tex=f"{RESULTS}/tables/{{metric}}_{{task}}.tex",
         html=report(
-            RESULTS + "/tables/{metric}_{task}.html",
+            f"{RESULTS}/tables/{{metric}}_{{task}}.html",
             category="Tables",
             subcategory="{metric} by task",
             caption="../workflow/report/curve_table.rst",
@@ -85,7 +85,7 @@ rule curve_table:
     params:
         methods=",".join(METHODS),
     log:
-        LOGS + "/report/{metric}_{task}.log",
+        f"{LOGS}/report/{{metric}}_{{task}}.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -102,14 +102,14 @@ rule figure_pass_at_k:
         summary=rules.aggregate.output.summary,
         per_seed=rules.aggregate.output.per_seed,
     output:
-        pdf=FIGURES + "/pass_at_k.pdf",
-        png=report(FIGURES + "/pass_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/pass_at_k.rst"),
+        pdf=f"{FIGURES}/pass_at_k.pdf",
+        png=report(f"{FIGURES}/pass_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/pass_at_k.rst"),
     params:
         scale=SCALE,
         methods=",".join(main_methods()),
         tasks=",".join(TASKS),
     log:
-        LOGS + "/report/figure_pass_at_k.log",
+        f"{LOGS}/report/figure_pass_at_k.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -126,14 +126,14 @@ rule figure_best_at_k:
         summary=rules.aggregate.output.summary,
         per_seed=rules.aggregate.output.per_seed,
     output:
-        pdf=FIGURES + "/best_at_k.pdf",
-        png=report(FIGURES + "/best_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/best_at_k.rst"),
+        pdf=f"{FIGURES}/best_at_k.pdf",
+        png=report(f"{FIGURES}/best_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/best_at_k.rst"),
     params:
         scale=SCALE,
         methods=",".join(main_methods()),
         tasks=",".join(TASKS),
     log:
-        LOGS + "/report/figure_best_at_k.log",
+        f"{LOGS}/report/figure_best_at_k.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -150,8 +150,8 @@ rule figure_appendix_curve:
         summary=rules.aggregate.output.summary,
         per_seed=rules.aggregate.output.per_seed,
     output:
-        pdf=FIGURES + "/appendix_{metric}.pdf",
-        png=report(FIGURES + "/appendix_{metric}.png", category="Figures", subcategory="appendix: every method",
+        pdf=f"{FIGURES}/appendix_{{metric}}.pdf",
+        png=report(f"{FIGURES}/appendix_{{metric}}.png", category="Figures", subcategory="appendix: every method",
                    caption="../workflow/report/appendix_curve.rst"),
     wildcard_constraints:
         metric="best_at_k|pass_at_k",
@@ -160,7 +160,7 @@ rule figure_appendix_curve:
         methods=",".join(METHODS),
         tasks=",".join(TASKS),
     log:
-        LOGS + "/report/figure_appendix_{metric}.log",
+        f"{LOGS}/report/figure_appendix_{{metric}}.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -176,9 +176,9 @@ rule figure_diversity_over_training:
     input:
         rules.aggregate_training.output,
     output:
-        pdf=FIGURES + "/diversity_over_training.pdf",
+        pdf=f"{FIGURES}/diversity_over_training.pdf",
         png=report(
-            FIGURES + "/diversity_over_training.png",
+            f"{FIGURES}/diversity_over_training.png",
             category="Figures",
             subcategory="main results",
             caption="../workflow/report/diversity_over_training.rst",
@@ -188,7 +188,7 @@ rule figure_diversity_over_training:
         methods=",".join(diversity_methods()),
         tasks=",".join(TASKS),
     log:
-        LOGS + "/report/figure_diversity_over_training.log",
+        f"{LOGS}/report/figure_diversity_over_training.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -202,9 +202,9 @@ rule figure_diversity_over_training:
 
 rule mechanism_bandit:
     output:
-        RESULTS + "/mechanism/bandit.csv",
+        f"{RESULTS}/mechanism/bandit.csv",
     log:
-        LOGS + "/report/mechanism_bandit.log",
+        f"{LOGS}/report/mechanism_bandit.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -219,10 +219,10 @@ rule figure_mechanism_bandit:
     input:
         rules.mechanism_bandit.output,
     output:
-        pdf=FIGURES + "/mechanism_bandit.pdf",
-        png=report(FIGURES + "/mechanism_bandit.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_bandit.rst"),
+        pdf=f"{FIGURES}/mechanism_bandit.pdf",
+        png=report(f"{FIGURES}/mechanism_bandit.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_bandit.rst"),
     log:
-        LOGS + "/report/figure_mechanism_bandit.log",
+        f"{LOGS}/report/figure_mechanism_bandit.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -235,9 +235,9 @@ rule figure_mechanism_bandit:
 
 rule mechanism_advantage:
     output:
-        RESULTS + "/mechanism/advantage.csv",
+        f"{RESULTS}/mechanism/advantage.csv",
     log:
-        LOGS + "/report/mechanism_advantage.log",
+        f"{LOGS}/report/mechanism_advantage.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -252,10 +252,10 @@ rule figure_mechanism_advantage:
     input:
         rules.mechanism_advantage.output,
     output:
-        pdf=FIGURES + "/mechanism_advantage.pdf",
-        png=report(FIGURES + "/mechanism_advantage.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_advantage.rst"),
+        pdf=f"{FIGURES}/mechanism_advantage.pdf",
+        png=report(f"{FIGURES}/mechanism_advantage.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_advantage.rst"),
     log:
-        LOGS + "/report/figure_mechanism_advantage.log",
+        f"{LOGS}/report/figure_mechanism_advantage.log",
     threads: res("report", "threads")
     resources:
         mem_mb=per_attempt("report", "mem_mb"),
@@ -270,13 +270,17 @@ rule figure_mechanism_advantage:
 # rerun when the preset changes, so it always follows the run that was asked for last.
 rule publish_figure:
     input:
-        FIGURES + "/{name}",
+        f"{FIGURES}/{{name}}",
     output:
         "figures/{name}",
     wildcard_constraints:
         name=r"[^/]+\.(pdf|png)",
     params:
         preset=PRESET,
+    log:
+        f"{LOGS}/publish/{{name}}.log",
     localrule: True
+    conda:
+        "../envs/plot.yaml"
     shell:
-        "cp {input} {output}"
+        "cp {input} {output} > {log} 2>&1"

@@ -17,7 +17,7 @@ rule train:
         preset=PRESET,
         settings_digest=cell_digest,
     log:
-        LOGS + "/train/{task}/{method}/seed{seed}.log",
+        f"{LOGS}/train/{{task}}/{{method}}/seed{{seed}}.log",
     threads: res("train", "threads")
     resources:
         gpu=train_gpus,
@@ -42,7 +42,7 @@ rule merge:
     params:
         run=cell_dir_of,
     log:
-        LOGS + "/merge/{task}/{method}/seed{seed}.log",
+        f"{LOGS}/merge/{{task}}/{{method}}/seed{{seed}}.log",
     threads: res("merge", "threads")
     resources:
         mem_mb=per_attempt("merge", "mem_mb"),
