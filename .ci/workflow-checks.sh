@@ -38,13 +38,16 @@ squeue -h --states=all -o "%i %T %k" | grep " rule_" | sort -n | tee "$work/slur
 n_jobs=$(wc -l < "$work/slurm-jobs.txt")
 n_done=$(grep -c " COMPLETED " "$work/slurm-jobs.txt" || true)
 n_logs=$(find "$work/.snakemake/slurm_logs" -name '*.log' | wc -l)
-# (`all` and the local copies to figures/ of rule publish_figure run on the submitting machine)
-expected=$("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci -n --forceall \
-           | awk '$1 == "publish_figure" {local = $2} $1 == "total" && !seen {total = $2; seen = 1} END {print total - 1 - local}')
-echo "slurm jobs: $n_jobs, completed: $n_done, job logs: $n_logs, workflow jobs besides 'all': $expected"
+# The plan's job counts per rule; `all` and the local copies to figures/ of rule publish_figure run on
+# the submitting machine, every other rule of the plan must have run through Slurm.
+"$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci -n --forceall \
+  | awk '/^job +count/ && !seen {table = 1; seen = 1; next} $1 == "total" {table = 0} table && NF == 2 && $2 ~ /^[0-9]+$/ {print}' \
+  | grep -v -e '^all ' -e '^publish_figure ' > "$work/planned-rules.txt"
+expected=$(awk '{n += $2} END {print n}' "$work/planned-rules.txt")
+echo "slurm jobs: $n_jobs, completed: $n_done, job logs: $n_logs, workflow jobs besides 'all' and the copies: $expected"
 # (one test: under set -e a failure early in an && list would not stop the script)
 [[ "$n_jobs" -eq "$expected" && "$n_done" -eq "$expected" && "$n_logs" -eq "$expected" ]] || { echo "not every job ran through Slurm"; exit 1; }
-for rule in $("$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --list-rules | grep -vx -e all -e publish_figure); do
+for rule in $(awk '{print $1}' "$work/planned-rules.txt"); do
   [ -d "$work/.snakemake/slurm_logs/rule_$rule" ] || { echo "rule $rule did not run through Slurm"; exit 1; }
 done
 for target in figures/pass_at_k.pdf figures/ci/best_at_k.pdf figures/ci/diversity_over_training.pdf \
