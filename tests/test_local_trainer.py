@@ -116,7 +116,7 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     files = list((out / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     run, history = read_wandb_offline_run(files[0])
-    assert (run.run_id, run.project, run.display_name) == (run_id("maze", method, 0), "vpo_maze", f"{method}_maze_seed0")
+    assert (run.run_id, run.project, run.display_name) == (run_id("maze", method, 0, out), "vpo_maze", f"{method}_maze_seed0")
     assert [h["step"] for h in history] == [1, 2, 3, 4]
     assert [h["score_mean"] for h in history] == pytest.approx([r["score_mean"] for r in records])
     assert [h["pool_diversity"] for h in history] == pytest.approx([r["pool_diversity"] for r in records])

@@ -140,9 +140,9 @@ def train_local(spec: RunSpec) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ckpt.truncate_metrics(metrics_path, start_step)
     policy.train()
-    from vpo.tracking import start_run
+    from vpo import tracking
 
-    tracker = start_run(spec.wandb, task=spec.task, method=spec.method, seed=spec.seed, out_dir=out,
+    tracker = tracking.start_run(spec.wandb, task=spec.task, method=spec.method, seed=spec.seed, out_dir=out,
                         config={"method_settings": spec.method_settings, "m": m, "preset": spec.preset,
                                 "config_hash": spec.config_hash, **cfg.to_dict()})
 
@@ -220,8 +220,7 @@ def train_local(spec: RunSpec) -> dict:
         }
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
-        if tracker is not None:
-            tracker.log(record, step=step)
+        tracking.log_step(tracker, record, step)
         progress.update(step, f"score {record['score_mean']:.3f} diversity {record['pool_diversity']:.3f} "
                               f"{record['step_s']:.2f} s/step")
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -231,6 +230,5 @@ def train_local(spec: RunSpec) -> dict:
     from vpo.local.model import save_pretrained_atomic
 
     save_pretrained_atomic(policy, tokenizer, ckpt_root / "final")
-    if tracker is not None:
-        tracker.finish()
+    tracking.finish(tracker)
     return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}

@@ -213,7 +213,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         "TOKENIZERS_PARALLELISM": "false",
         "WANDB_MODE": str(wandb.get("mode") or "offline"),
         "WANDB_DIR": str(out_dir / "logs"),
-        "WANDB_RUN_ID": tracking.run_id(task, method, seed),
+        "WANDB_RUN_ID": tracking.run_id(task, method, seed, out_dir),
         "WANDB_RESUME": "allow",
     }
     if wandb.get("entity"):
