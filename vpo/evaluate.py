@@ -154,18 +154,27 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     return payload
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import load_config, method_settings, task_settings, trains_tiny_base
+def generation_backend(cfg: dict, requested: str | None) -> str:
+    """The backend a job samples with (vLLM for veRL on GPUs, else transformers, unless `requested`);
+    with transformers, torch gets the configured threads (parallel CPU jobs must not oversubscribe)."""
+    from vpo.config import trains_tiny_base
 
-    cfg = load_config(args.config, args.preset)
-    settings = task_settings(cfg, args.task)
-    backend = args.backend or ("transformers" if trains_tiny_base(cfg) else "vllm")
+    backend = requested or ("transformers" if trains_tiny_base(cfg) else "vllm")
     threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
     if backend == "transformers" and threads > 0:
         import torch
 
-        torch.set_num_threads(threads)  # parallel CPU jobs must not oversubscribe the cores
+        torch.set_num_threads(threads)
+    return backend
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    from vpo.config import load_config, method_settings, task_settings
+
+    cfg = load_config(args.config, args.preset)
+    settings = task_settings(cfg, args.task)
+    backend = generation_backend(cfg, args.backend)
     train_seed = args.train_seed if args.train_seed is not None else parse_train_seed(args.model)
     payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
                        eval_settings=settings["eval"], m=int(settings["m"]), train_seed=train_seed,

@@ -353,8 +353,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     from vpo.atomic import write_json_atomic
-    from vpo.config import load_config, trains_tiny_base
-    from vpo.evaluate import parse_train_seed
+    from vpo.config import load_config
+    from vpo.evaluate import generation_backend, parse_train_seed
 
     cfg = load_config(args.config, args.preset)
     settings = EvolveSettings.from_config(cfg)
@@ -363,12 +363,7 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.out, chosen)
         print(chosen["note"])
         return 0
-    backend = args.backend or ("transformers" if trains_tiny_base(cfg) else "vllm")
-    threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
-    if backend == "transformers" and threads > 0:
-        import torch
-
-        torch.set_num_threads(threads)  # parallel CPU jobs must not oversubscribe the cores
+    backend = generation_backend(cfg, args.backend)
     summary = search_cell(model=args.model, task_name=args.task, method_name=args.method, data_dir=args.data,
                           hardest=args.hardest, out=args.out, cfg=cfg,
                           train_seed=parse_train_seed(args.model) or 0, backend=backend)
