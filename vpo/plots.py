@@ -294,8 +294,8 @@ def plot_mechanism_advantage(table: pd.DataFrame, out):
     sampler = table[table.sweep == "sampler"]
     for (name, rows), color in zip(sampler.groupby("sampler"), ("#7f7f7f", "#d62728")):
         axes[2].plot(rows.n_weights, rows.advantage_std, marker="s", ms=3, color=color, label=f"{name} weights")
-    axes[2].set(xscale="log", yscale="log", xlabel="weights per group", ylabel="std of its advantage over draws",
-                title="Monte Carlo noise of the advantage")
+    axes[2].set(xscale="log", yscale="log", xlabel="weights per group", ylabel="advantage std over draws",
+                title="Monte Carlo noise")
     for ax in axes:
         ax.grid(alpha=0.3)
     finish(fig, axes, out, title="How one rollout's VPO score responds (a group of 8 whose other rollouts "
