@@ -47,6 +47,18 @@ METHOD_STYLES = {  # method: (colour, line style, marker)
 }
 
 
+# Series that are not methods (bandit arms, k, weight samplers): the Okabe-Ito colours the methods use
+# least, each with its own line style and marker, in this order.
+SERIES_STYLES = [("#000000", "-", "o"), ("#CC79A7", "--", "s"), ("#E69F00", "-.", "^"), ("#999999", ":", "D"),
+                 ("#56B4E9", (0, (5, 1)), "v"), ("#D55E00", (0, (3, 1, 1, 1)), "P")]
+
+
+def series_style(i: int) -> dict:
+    """matplotlib keywords of the i-th non-method series."""
+    color, linestyle, marker = SERIES_STYLES[i % len(SERIES_STYLES)]
+    return {"color": color, "ls": linestyle, "marker": marker}
+
+
 def method_color(method: str) -> str:
     return METHOD_STYLES.get(method, ("#555555", "-", "o"))[0]
 
@@ -249,16 +261,20 @@ def plot_mechanism(table: pd.DataFrame, out):
 
     methods = [m for m in METHOD_ORDER if m in set(table.method)]
     fig, axes = panel_grid(len(methods) + 2)
-    arm_colors = {0: "#d62728", 1: "#9467bd", 2: "#ff7f0e"}
     for ax, method in zip(axes, methods):
         rows = table[table.method == method]
-        for arm in range(len(ARMS)):
-            color = arm_colors.get(arm, "#bbbbbb")
-            label = f"arm {arm} {tuple(float(v) for v in ARMS[arm])}" + (" Pareto" if arm in PARETO else "")
+        dominated = sorted(set(range(len(ARMS))) - set(PARETO))
+        for i, arm in enumerate(sorted(PARETO) + dominated):
+            if arm in PARETO:  # each Pareto arm its own look; the dominated ones one thin grey look
+                style, lw, label = series_style(i), 1.8, f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"
+            else:
+                style, lw = {"color": "#BBBBBB", "ls": "-", "marker": ""}, 1.0
+                label = f"dominated arms ({', '.join(map(str, dominated))})" if arm == dominated[0] else "_nolegend_"
             for _, seed_rows in rows.groupby("seed"):
-                ax.plot(seed_rows.step, seed_rows[f"arm_{arm}"], color=color, lw=0.6, alpha=0.35)
+                ax.plot(seed_rows.step, seed_rows[f"arm_{arm}"], color=style["color"], lw=0.6, alpha=0.35)
             mean = rows.groupby("step")[f"arm_{arm}"].mean()
-            ax.plot(mean.index, mean.to_numpy(), color=color, lw=1.8, label=label)
+            ax.plot(mean.index, mean.to_numpy(), lw=lw, markevery=max(1, len(mean) // 8), ms=3, label=label,
+                    **style)
         ax.set_title(f"{method_label(method)}: policy mass per arm")
         ax.set_xlabel("step")
         ax.set_ylabel("probability")
@@ -269,7 +285,8 @@ def plot_mechanism(table: pd.DataFrame, out):
         for method in methods:
             rows = table[table.method == method]
             mean = rows.groupby("step")[column].mean()
-            ax.plot(mean.index, mean.to_numpy(), color=method_color(method), lw=1.8, label=method_label(method))
+            ax.plot(mean.index, mean.to_numpy(), lw=1.8, markevery=max(1, len(mean) // 8), ms=3,
+                    label=method_label(method), **method_style(method))
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -284,16 +301,20 @@ def plot_mechanism_advantage(table: pd.DataFrame, out):
     against alpha, and the advantage's spread over weight draws against the number of weights."""
     fig, axes = panel_grid(3)
     coverage = table[table.sweep == "coverage"]
-    for k, rows in coverage.groupby("k"):
-        axes[0].plot(rows.covered, rows.raw_mean, marker="o", ms=3, label=f"k = {k}")
+    for i, (k, rows) in enumerate(coverage.groupby("k")):
+        axes[0].plot(rows.covered, rows.raw_mean, ms=3, label=f"k = {k}", **series_style(i))
     axes[0].set(xlabel="objectives the rollout's answers reach", ylabel="E_w[best of its answers]",
                 title="More of the simplex, higher score")
     alpha = table[table.sweep == "alpha"]
-    axes[1].plot(alpha.alpha, alpha.raw_mean, marker="o", ms=3, color="#17becf", label="2 of 4 objectives reached")
-    axes[1].set(xscale="log", xlabel="Dirichlet alpha", ylabel="E_w[best of its answers]", title="Dependence on alpha")
+    ks = sorted(coverage.k.unique())
+    k, covered = int(alpha.k.iloc[0]), int(alpha.covered.iloc[0])  # the sweep's k gets that k's look
+    axes[1].plot(alpha.alpha, alpha.raw_mean, ms=3, label=f"k = {k}", **series_style(ks.index(k) if k in ks else 0))
+    axes[1].set(xscale="log", xlabel="Dirichlet alpha", ylabel="E_w[best of its answers]",
+                title=f"Alpha ({covered} of {k} reached)")
     sampler = table[table.sweep == "sampler"]
-    for (name, rows), color in zip(sampler.groupby("sampler"), ("#7f7f7f", "#d62728")):
-        axes[2].plot(rows.n_weights, rows.advantage_std, marker="s", ms=3, color=color, label=f"{name} weights")
+    for i, (name, rows) in enumerate(sampler.groupby("sampler")):
+        axes[2].plot(rows.n_weights, rows.advantage_std, ms=3, label=f"{name} weights",
+                     **series_style(len(ks) + i))
     axes[2].set(xscale="log", yscale="log", xlabel="weights per group", ylabel="advantage std over draws",
                 title="Monte Carlo noise")
     for ax in axes:
