@@ -7,6 +7,11 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed            # the default run: CPU torch, the engine, the CPU trainer, Snakemake
 TEST_STAMP := $(VENV)/.installed-test  # and what the tests import: veRL (on CPU), pytest, hypothesis
+TORCH_VERSION ?= 2.13.0
+# Where torch comes from: PyTorch's index of CPU-only wheels. When it cannot be reached, or is set empty
+# (`make install TORCH_INDEX=`), torch comes from the default package index, which on Linux x86_64 is the
+# multi-GB CUDA build unless the machine's pip is configured with a local CPU wheel.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: install install-test test FORCE
 
@@ -15,10 +20,21 @@ install: $(STAMP)
 install-test: $(TEST_STAMP)
 
 # torch is installed first and pinned to the CPU build: resolving a bare `torch` pulls a CUDA build.
+# The index is probed first (20 s) so that an unreachable one costs seconds, not pip's retries.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch==2.13.0
+	@if [ -n "$(TORCH_INDEX)" ] && $(VENV)/bin/python -c "import sys, urllib.request; \
+	        urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=20)" "$(TORCH_INDEX)" 2>/dev/null; then \
+	    echo "torch==$(TORCH_VERSION): from $(TORCH_INDEX)"; \
+	    $(VENV)/bin/pip install -q --index-url "$(TORCH_INDEX)" "torch==$(TORCH_VERSION)"; \
+	else \
+	    echo "torch==$(TORCH_VERSION): the CPU wheel index '$(TORCH_INDEX)' is unreachable or unset;" \
+	         "installing from the default package index (a CUDA build unless pip finds a local CPU wheel)" >&2; \
+	    $(VENV)/bin/pip install -q "torch==$(TORCH_VERSION)"; \
+	fi
+	@$(VENV)/bin/python -W ignore -c "import torch; print('installed torch', torch.__version__, \
+	    '(CPU build)' if torch.version.cuda is None else '(CUDA ' + torch.version.cuda + ' build)')"
 	$(VENV)/bin/pip install -q -e ".[cpu,workflow]"
 	touch $@
 

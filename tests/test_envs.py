@@ -1,0 +1,79 @@
+"""The conda environments under envs/ are the cluster's reproducibility contract.
+
+Each pins exact versions, agrees with pyproject's ranges (a pin outside them would install a set the
+code was never declared to work with), and covers what its jobs import. The local environments
+share their versions with each other and torch's with the Makefile.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+ENVS = ("cpu", "plot", "gpu")
+
+
+def pip_pins(env: str) -> dict[str, str]:
+    """Package name (canonical) -> pinned version, from the env file's pip list; asserts each is exact."""
+    spec = yaml.safe_load((REPO / "envs" / f"{env}.yaml").read_text())
+    pip_lists = [d["pip"] for d in spec["dependencies"] if isinstance(d, dict) and "pip" in d]
+    assert len(pip_lists) == 1, f"envs/{env}.yaml: expected one pip list"
+    pins: dict[str, str] = {}
+    for line in pip_lists[0]:
+        if line.startswith("--"):  # pip options (an extra index), not packages
+            continue
+        req = Requirement(line)
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version, (
+            f"envs/{env}.yaml: {line!r} is not an exact pin (name==version)"
+        )
+        name = canonicalize_name(req.name)
+        assert name not in pins, f"envs/{env}.yaml: {req.name} listed twice"
+        pins[name] = specs[0].version
+    return pins
+
+
+def pyproject_requirements() -> dict[str, list[Requirement]]:
+    """Group name ('base' or an extra) -> its requirements."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    groups = {"base": project["dependencies"], **project["optional-dependencies"]}
+    return {group: [Requirement(r) for r in reqs] for group, reqs in groups.items()}
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_env_pins_are_exact_and_inside_pyproject_ranges(env):
+    pins = pip_pins(env)
+    for reqs in pyproject_requirements().values():
+        for req in reqs:
+            name = canonicalize_name(req.name)
+            if name in pins:
+                assert req.specifier.contains(pins[name], prereleases=True), (
+                    f"envs/{env}.yaml pins {req.name}=={pins[name]}, outside pyproject's {req}"
+                )
+
+
+@pytest.mark.parametrize(
+    "env, groups",
+    [("cpu", ("base", "cpu")), ("plot", ("base",)), ("gpu", ("base", "gpu"))],
+)
+def test_env_covers_what_its_jobs_import(env, groups):
+    pins = pip_pins(env)
+    reqs = pyproject_requirements()
+    missing = [str(r) for g in groups for r in reqs[g] if canonicalize_name(r.name) not in pins]
+    assert not missing, f"envs/{env}.yaml lacks {missing}"
+
+
+def test_local_envs_agree_with_each_other_and_the_makefile():
+    cpu, plot = pip_pins("cpu"), pip_pins("plot")
+    differ = {n: (cpu[n], plot[n]) for n in cpu.keys() & plot.keys() if cpu[n] != plot[n]}
+    assert not differ, f"envs/cpu.yaml and envs/plot.yaml pin different versions: {differ}"
+    makefile = (REPO / "Makefile").read_text()
+    torch_version = re.search(r"^TORCH_VERSION \?= (\S+)$", makefile, re.M).group(1)
+    assert cpu["torch"] == torch_version, "envs/cpu.yaml's torch differs from the Makefile's TORCH_VERSION"
