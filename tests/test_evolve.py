@@ -101,6 +101,33 @@ def test_a_program_scores_its_best_answer_and_bad_text_scores_zero(tiny_maze_dat
     assert score_program("maze", "", gt, 1) == {"combined_score": 0.0, "solved": 0.0, "answers": 1.0}
 
 
+def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_path):
+    from openevolve.utils.code_utils import parse_full_rewrite
+
+    from vpo.data import read_rows
+    from vpo.evolve_evaluator import program_response, score_program
+    from vpo.task import resolve
+
+    resolve("lcb").preprocess(str(tmp_path), {"path": str(REPO / "tests" / "fixtures" / "lcb")})
+    row = next(r for r in read_rows(str(tmp_path), "test") if r["extra_info"]["task_id"] == "lc-add-k")
+    truth = row["reward_model"]["ground_truth"]
+    wrong = "def addK(nums, k):\n    return nums"
+    two_of_three = "def addK(nums, k):\n    return [] if k == 5 else [x + k for x in nums]"
+    right = "def addK(nums, k):\n    return [x + k for x in nums]"
+    response = "\n---\n".join(f"Solution {i}:\n```python\n{code}\n```" for i, code in
+                              enumerate((wrong, two_of_three, right), 1))
+    # OpenEvolve alone keeps the first block: the wrong program
+    assert score_program("lcb", parse_full_rewrite(response, "python"), truth, 3)["combined_score"] == 0.0
+    kept = parse_full_rewrite(program_response("lcb", response, 3), "python")
+    assert score_program("lcb", kept, truth, 3) == {"combined_score": 1.0, "solved": 1.0, "answers": 3.0}
+    partial = parse_full_rewrite(program_response("lcb", response.rsplit("---", 1)[0], 3), "python")
+    assert score_program("lcb", partial, truth, 3)["combined_score"] == pytest.approx(2 / 3)
+    # one answer per response, routes (not code) and garbage pass unchanged
+    assert program_response("lcb", response, 1) == response
+    assert program_response("maze", response, 3) == response
+    assert program_response("lcb", "\x00 ``` }{", 3) == "\x00 ``` }{"
+
+
 # ---- the loopback server ------------------------------------------------------------------------
 def refused(url: str) -> bool:
     host, port = url.split("//")[1].split("/")[0].split(":")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import shutil
@@ -189,7 +190,7 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
     from openevolve.controller import EvolutionFailedError
 
     from vpo.atomic import write_json_atomic, write_text_atomic
-    from vpo.evolve_evaluator import score_program
+    from vpo.evolve_evaluator import program_client, score_program
 
     done = problem_dir / "result.json"
     if done.is_file():
@@ -215,8 +216,11 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
     if checkpointed < settings.iterations:
         log.info("problem %s: iterations %d..%d%s", problem_dir.name, checkpointed + 1, settings.iterations,
                  f" (resuming from {checkpoint.name})" if checkpoint else "")
+        oe_config = Config.from_dict(config)
+        for model in oe_config.llm.models:  # responses reach OpenEvolve with every program in them
+            model.init_client = functools.partial(program_client, task=task.name, m=m)
         controller = OpenEvolve(str(initial), sys.modules["vpo.evolve_evaluator"].__file__,
-                                Config.from_dict(config), output_dir=str(output_dir))
+                                oe_config, output_dir=str(output_dir))
         try:
             asyncio.run(controller.run(iterations=settings.iterations - checkpointed,
                                        checkpoint_path=str(checkpoint) if checkpoint else None))

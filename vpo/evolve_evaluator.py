@@ -1,7 +1,9 @@
 """The evaluation file OpenEvolve loads by path in its worker processes: a program is scored by its task.
 
 A "program" is what OpenEvolve keeps of one model response: the first fenced block, else the whole
-text (`openevolve.utils.code_utils.parse_full_rewrite`). Its answers are the task's own split
+text (`openevolve.utils.code_utils.parse_full_rewrite`). A multi-answer model's response to a code task
+holds m fenced programs, so the search's client (`program_client`) hands OpenEvolve every distinct one
+in a single block, `---` lines between them, as a maze response keeps all its routes. Its answers are the task's own split
 (`Task.split_answers` with the cell's m: a VPO model writes m routes in one response), or the text
 as one answer when it holds no slots. Its score is the best answer's task scalar (LiveCodeBench: the
 fraction of tests passed; maze: the mean of the four objectives), and it is solved when that answer
@@ -30,6 +32,34 @@ def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: in
     best = max(range(len(scalars)), key=scalars.__getitem__)
     return {"combined_score": scalars[best], "solved": float(any(task.is_correct(v) for v in vectors)),
             "answers": float(len(answers))}
+
+
+def program_response(task_name: str, text: str, m: int) -> str:
+    """A response as OpenEvolve should read it: for m > 1 on a code task, its distinct programs
+    (`Task.split_answers`) in one ```python block joined by `---` lines; otherwise the text unchanged."""
+    from vpo.task import resolve
+
+    task = resolve(task_name)
+    if m == 1 or task.program_language != "python":
+        return text
+    try:
+        codes = task.split_answers(text, m)
+    except Exception:  # model output never crashes a search: the response goes on as it came
+        return text
+    return "```python\n" + "\n---\n".join(codes) + "\n```" if len(codes) >= 2 else text
+
+
+def program_client(model_cfg, *, task: str, m: int):
+    """OpenEvolve's `init_client` for the search: its own OpenAI client, each response passed through
+    `program_response` (a module-level function, so that OpenEvolve's workers can unpickle it)."""
+    from openevolve.llm.openai import OpenAILLM
+
+    class ProgramClient(OpenAILLM):
+        async def generate_with_context(self, system_message, messages, **kwargs):
+            text = await super().generate_with_context(system_message, messages, **kwargs)
+            return program_response(task, text, m) if isinstance(text, str) else text
+
+    return ProgramClient(model_cfg)
 
 
 def evaluate(program_path: str, task: str, problem_file: str, m: int) -> dict[str, float]:
