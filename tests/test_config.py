@@ -78,6 +78,10 @@ def test_overrides_merge_last(raw):
     (lambda c: c["local_trainer"].__setitem__("lrr", 1e-3), "local_trainer", "('lrr' was unexpected)"),
     (lambda c: c["local_trainer"].pop("steps"), "local_trainer", "'steps' is a required property"),
     (lambda c: c["local_trainer"].__setitem__("steps", 2.5), "local_trainer.steps", "is not of type 'integer'"),
+    (lambda c: c["local_trainer"].__setitem__("lr", -1.0), "local_trainer.lr", "-1.0 is less than or equal to the minimum of 0"),
+    (lambda c: c["local_trainer"].__setitem__("top_p", 1.5), "local_trainer.top_p", "1.5 is greater than the maximum of 1"),
+    (lambda c: c["local_trainer"].__setitem__("rollouts_per_prompt", 1), "local_trainer.rollouts_per_prompt",
+     "1 is less than the minimum of 2"),
     (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", 31), "task_settings.maze.eval.budget",
      "31 candidates are not whole chains of m = 3"),
     (lambda c: c["method_settings"]["max_at_k"].__setitem__("k", 8), "method_settings.max_at_k.k",
@@ -184,3 +188,12 @@ def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
     assert resolve_config(cfg) == cfg  # a job re-reading the snapshot sees the same config
     assert user_overrides(project, project) == {}
 
+
+
+def test_every_numeric_local_trainer_setting_has_a_range():
+    import dataclasses
+
+    from vpo.local.settings import LIMITS, LocalTrainerSettings
+
+    numeric = {f.name for f in dataclasses.fields(LocalTrainerSettings) if str(f.type) in ("int", "float")}
+    assert numeric == set(LIMITS), f"no range for {sorted(numeric - set(LIMITS))}; stale {sorted(set(LIMITS) - numeric)}"

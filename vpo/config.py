@@ -62,12 +62,12 @@ def _load_schema() -> dict:
 def _local_trainer_schema() -> dict:
     import dataclasses
 
-    from vpo.local.settings import LocalTrainerSettings
+    from vpo.local.settings import LIMITS, LocalTrainerSettings
 
     kinds = {"int": {"type": "integer"}, "float": {"type": "number"}, "dict": {"type": "object"}}
     fields = dataclasses.fields(LocalTrainerSettings)
     return {"type": "object", "additionalProperties": False, "required": [f.name for f in fields],
-            "properties": {f.name: kinds.get(str(f.type), {}) for f in fields}}
+            "properties": {f.name: {**kinds.get(str(f.type), {}), **LIMITS.get(f.name, {})} for f in fields}}
 
 
 def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:

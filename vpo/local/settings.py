@@ -12,6 +12,22 @@ from dataclasses import dataclass
 from vpo.local.model import TinyModelSettings
 
 
+# The values that make sense, as JSON Schema keywords: the config schema enforces them, so a nonsense
+# value (a negative learning rate) stops the plan before any job runs.
+POSITIVE, NON_NEGATIVE = {"exclusiveMinimum": 0}, {"minimum": 0}
+LIMITS = {
+    "hidden_size": POSITIVE, "num_layers": POSITIVE, "num_heads": POSITIVE, "intermediate_size": POSITIVE,
+    "max_positions": POSITIVE, "warm_start_steps": NON_NEGATIVE, "warm_start_batch": POSITIVE,
+    "warm_start_lr": POSITIVE, "steps": POSITIVE, "prompts_per_step": POSITIVE,
+    "rollouts_per_prompt": {"minimum": 2},  # a group of one has no within-group baseline
+    "ppo_mini_batches": POSITIVE, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "grad_clip": POSITIVE,
+    "clip_ratio": POSITIVE, "clip_ratio_c": {"exclusiveMinimum": 1},  # dual clip: a bound above 1 + clip
+    "kl_coef": NON_NEGATIVE, "entropy_coef": NON_NEGATIVE, "temperature": POSITIVE,
+    "top_p": {"exclusiveMinimum": 0, "maximum": 1}, "checkpoint_every": POSITIVE, "keep_checkpoints": POSITIVE,
+    "generation_batch": POSITIVE, "threads": NON_NEGATIVE,
+}
+
+
 @dataclass(frozen=True)
 class LocalTrainerSettings:
     """The `local_trainer` block of config.yaml, where every value is set (and commented)."""
