@@ -69,6 +69,7 @@ class RunResult:
     stderr: str  # at most STDERR_LIMIT bytes
     wall_s: float  # seconds from launch to the end of the run
     isolation: str  # what the machine allowed: "namespaces+uid", "namespaces", "uid" or "none"
+    uid: int | None = None  # the private uid it ran under (as the machine sees it); None: the caller's
 
 
 def run_program(code: str, stdin: str = "", *, timeout_s: float, memory_mb: int = 2048, **limits) -> RunResult:
@@ -113,7 +114,8 @@ def _run(program: Program) -> RunResult:
         proc.wait()
         wall = time.monotonic() - start
         ended = _read_json(Path(job, "exit.json"))
-        isolation = _isolation(_read_json(Path(job, "isolation.json")), program.isolation)
+        report = _read_json(Path(job, "isolation.json"))
+        isolation = _isolation(report, program.isolation)
     finally:
         if proc is not None and proc.poll() is None:
             _stop(proc)
@@ -130,7 +132,7 @@ def _run(program: Program) -> RunResult:
         status = "memory"
     else:
         status = "error"
-    return RunResult(status, returncode, sig, out, err, wall, isolation)
+    return RunResult(status, returncode, sig, out, err, wall, isolation, (report or {}).get("uid"))
 
 
 def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool, bool]:
