@@ -29,8 +29,10 @@ $(STAMP): pyproject.toml
 	    echo "torch==$(TORCH_VERSION): from $(TORCH_INDEX)"; \
 	    $(VENV)/bin/pip install -q --index-url "$(TORCH_INDEX)" "torch==$(TORCH_VERSION)"; \
 	else \
-	    echo "torch==$(TORCH_VERSION): the CPU wheel index '$(TORCH_INDEX)' is unreachable or unset;" \
-	         "installing from the default package index (a CUDA build unless pip finds a local CPU wheel)" >&2; \
+	    if [ -n "$(TORCH_INDEX)" ]; then why="the CPU wheel index $(TORCH_INDEX) cannot be reached"; \
+	    else why="TORCH_INDEX is empty"; fi; \
+	    echo "torch==$(TORCH_VERSION): $$why; installing it from the default package index" \
+	         "(a CUDA build unless pip finds a local CPU wheel)" >&2; \
 	    $(VENV)/bin/pip install -q "torch==$(TORCH_VERSION)"; \
 	fi
 	@$(VENV)/bin/python -W ignore -c "import torch; print('installed torch', torch.__version__, \
