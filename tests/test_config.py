@@ -189,7 +189,6 @@ def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
     assert user_overrides(project, project) == {}
 
 
-
 def test_every_numeric_local_trainer_setting_has_a_range():
     import dataclasses
 

@@ -261,9 +261,9 @@ def plot_mechanism(table: pd.DataFrame, out):
 
     methods = [m for m in METHOD_ORDER if m in set(table.method)]
     fig, axes = panel_grid(len(methods) + 2)
+    dominated = sorted(set(range(len(ARMS))) - set(PARETO))
     for ax, method in zip(axes, methods):
         rows = table[table.method == method]
-        dominated = sorted(set(range(len(ARMS))) - set(PARETO))
         for i, arm in enumerate(sorted(PARETO) + dominated):
             if arm in PARETO:  # each Pareto arm its own look; the dominated ones one thin grey look
                 style, lw, label = series_style(i), 1.8, f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"

@@ -18,6 +18,10 @@ from typing import Any, Mapping
 log = logging.getLogger(__name__)
 
 
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
 def run_name(task: str, method: str, seed: int) -> str:
     return f"{method}_{task}_seed{seed}"
 
@@ -50,7 +54,7 @@ def start_run(wandb_settings: Mapping[str, Any] | None, *, task: str, method: st
                           mode=mode, resume="allow", config=dict(config),
                           settings=wandb.Settings(silent=True, console="off"))
     except Exception as err:  # W&B's own failures (service, network, a run id still held): warn, train on
-        log.warning("W&B run not started (%s); %s/metrics.jsonl has every step", " ".join(str(err).split()), out_dir)
+        log.warning("W&B run not started (%s); %s/metrics.jsonl has every step", _one_line(err), out_dir)
         return None
 
 
@@ -61,7 +65,7 @@ def log_step(run, record: Mapping[str, Any], step: int) -> None:
     try:
         run.log(dict(record), step=step)
     except Exception as err:
-        log.warning("W&B log of step %d failed (%s)", step, " ".join(str(err).split()))
+        log.warning("W&B log of step %d failed (%s)", step, _one_line(err))
 
 
 def finish(run) -> None:
@@ -69,4 +73,4 @@ def finish(run) -> None:
         try:
             run.finish()
         except Exception as err:
-            log.warning("W&B run did not finish cleanly (%s)", " ".join(str(err).split()))
+            log.warning("W&B run did not finish cleanly (%s)", _one_line(err))
