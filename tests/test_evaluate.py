@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,10 @@ pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]
 BUDGET = 6
-EVAL = {"budget": BUDGET, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 40, "seeds": [0], "gpus": 0}
+# different limits for single- and multi-answer methods, so each run shows which one reached the backend
+LIMITS = {"single": 12, "multi": 40}
+EVAL = {"budget": BUDGET, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": LIMITS, "goal_weights": "none",
+        "seeds": [0], "gpus": 0}
 OBJECTIVES = ["completion", "gold", "diamond", "avoid_lava"]
 
 
@@ -58,15 +62,28 @@ def test_json_header_and_candidate_layout(evaluated, tiny_maze_data):
         assert not frame["prompt"].str.contains("<route_1>").any()
 
 
+def moves_of(text):
+    """Moves of one answer, read independently of the task code: the text between the first <answer> and
+    the next </answer> (any case), else the whole text; whole words UP/DOWN/LEFT/RIGHT."""
+    low = text.lower()
+    start = low.find("<answer>")
+    end = low.find("</answer>", start + 8) if start >= 0 else -1
+    body = text[start + 8:end] if end >= 0 else text
+    return re.findall(r"\b(UP|DOWN|LEFT|RIGHT)\b", body.upper())
+
+
 def test_candidate_scores_match_an_independent_rescoring(evaluated, tiny_maze_data):
     from vpo.data import read_rows
     from vpo_tasks.maze import parse_grid, simulate
 
-    _, frame, _ = evaluated
+    method, frame, _ = evaluated
     truth = {r["extra_info"]["index"]: r["reward_model"]["ground_truth"] for r in read_rows(tiny_maze_data, "test")}
     for _, cand in frame.iterrows():
         gt = truth[cand["problem"]]
-        moves = cand["text"].split()
+        if method == "grpo":  # a single-answer chain is scored on its whole response
+            assert cand["text"] == cand["response"]
+        moves = moves_of(cand["text"])
+        assert cand["answer"] == " ".join(moves) and cand["parsed"] == bool(moves)
         if not moves:
             assert all(cand[o] == 0.0 for o in OBJECTIVES)
             continue
@@ -74,6 +91,19 @@ def test_candidate_scores_match_an_independent_rescoring(evaluated, tiny_maze_da
         assert (cand["completion"] == 1.0) == bool(sim["reached"])
         # the scalar is the mean of the four channels (the maze GRPO scalar)
     assert np.allclose(frame["scalar"], frame[OBJECTIVES].mean(axis=1))
+
+
+def test_each_method_gets_its_own_token_limit(evaluated, tiny_base_model):
+    """The transformers backend stops single-answer responses at eval.max_new_tokens.single and
+    multi-answer ones at .multi (each response: its tokens plus the end-of-sequence token it stopped on)."""
+    from transformers import AutoTokenizer
+
+    method, frame, info = evaluated
+    limit = LIMITS["multi" if method == "vpo" else "single"]
+    assert info["sampling"]["max_new_tokens"] == limit
+    tokenizer = AutoTokenizer.from_pretrained(tiny_base_model)
+    lengths = [len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in frame["response"].unique()]
+    assert max(lengths) == limit  # the limit binds: some responses were cut there
 
 
 def brute_pass_at_k(correct, k):
@@ -108,7 +138,7 @@ def test_json_metrics_recomputed_from_the_parquet(evaluated):
     per_chain = [np.mean((c[OBJECTIVES].to_numpy() @ weights.T).max(axis=0))
                  for p in pools for _, c in p.groupby("chain")]
     assert info["expected_best_of_m"] == pytest.approx(np.mean(per_chain), abs=1e-9)
-    failed = [not bool(c["text"].str.len().gt(0).any()) for p in pools for _, c in p.groupby("chain")]
+    failed = [not bool(c["answer"].str.len().gt(0).any()) for p in pools for _, c in p.groupby("chain")]
     assert info["parse_failure_rate"] == pytest.approx(np.mean(failed))
     for o in OBJECTIVES:
         assert info["objective_means"][o] == pytest.approx(frame[o].mean())
@@ -124,3 +154,63 @@ def test_budget_must_be_a_multiple_of_m_and_model_must_exist(tiny_base_model, ti
         evaluate(str(tmp_path / "missing"), "maze", "grpo", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
                  eval_settings=EVAL, m=3, train_seed=0)
     assert not (tmp_path / "e.parquet").exists()
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """vLLM cannot run on this machine: a stand-in takes the place of the backend and records what
+    evaluation hands it (`vllm_sampling_kwargs` is what VLLMBackend turns that into for vLLM)."""
+    import vpo.generate as generate
+
+    seen = {}
+
+    class Recorder:
+        def generate(self, prompts, n, sampling):
+            seen.update(n=n, sampling=sampling)
+            return [["<answer>RIGHT DOWN</answer>"] * n for _ in prompts]
+
+    def make_backend(name, model_path, **kwargs):
+        seen.update(name=name, kwargs=kwargs)
+        return Recorder()
+
+    monkeypatch.setattr(generate, "make_backend", make_backend)
+    return seen
+
+
+@pytest.fixture
+def fake_model(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return model
+
+
+@pytest.mark.parametrize("method, limit", [("grpo", LIMITS["single"]), ("goal_cond", LIMITS["single"]),
+                                           ("vpo", LIMITS["multi"])])
+def test_token_limits_reach_the_vllm_backend(method, limit, recorded, fake_model, tiny_maze_data, tmp_path):
+    from vpo.evaluate import evaluate
+    from vpo.generate import vllm_sampling_kwargs
+
+    seen, model = recorded, fake_model
+    payload = evaluate(str(model), "maze", method, str(tiny_maze_data), 3, str(tmp_path / "e.parquet"),
+                       eval_settings=EVAL, m=3, train_seed=0, backend="vllm")
+    assert seen["name"] == "vllm" and seen["kwargs"] == {"seed": 3}
+    assert seen["n"] == (BUDGET // 3 if method == "vpo" else BUDGET)
+    kwargs = vllm_sampling_kwargs(seen["sampling"], seen["n"])
+    assert kwargs["max_tokens"] == limit and kwargs["seed"] == 3
+    assert payload["sampling"]["max_new_tokens"] == limit and payload["backend"] == "vllm"
+
+
+def test_goal_weights_per_chain_in_the_candidate_frame(recorded, fake_model, tiny_maze_data, tmp_path):
+    from vpo.evaluate import evaluate
+    from vpo.prompts import GOAL_HEADER
+
+    payload = evaluate(str(fake_model), "maze", "goal_cond", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
+                       eval_settings={**EVAL, "goal_weights": "per_chain"}, m=3, train_seed=0, backend="vllm")
+    frame = pd.read_parquet(tmp_path / "e.parquet")
+    assert payload["goal_weights"] == "per_chain" and recorded["n"] == 3  # each vector sampled m times
+    for _, pool in frame.groupby("problem"):
+        shown = [tuple(w) for w in pool.sort_values("chain")["weights"]]
+        assert len(shown) == BUDGET and shown[:3] == [shown[0]] * 3 and shown[3:] == [shown[3]] * 3
+        assert shown[0] != shown[3] and pool["prompt"].str.contains(GOAL_HEADER, regex=False).all()
+        assert sorted(pool["chain"]) == list(range(BUDGET)) and set(pool["slot"]) == {0}

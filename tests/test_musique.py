@@ -112,6 +112,34 @@ def test_hop_stratified_split():
     assert mq.hop_stratified(pool, 3, seed=42) == chosen  # deterministic
 
 
+@pytest.mark.parametrize("size, seed", [(12, 42), (30, 42), (12, 7)])
+def test_hop_stratified_picks_the_questions_datasets_shuffle_picks(size, seed):
+    """The authors' recipe (PAPER_REPRO.md) run with `datasets` itself selects the same questions in the
+    same order; the 4-hop bucket (5 questions) is smaller than size / 3 at size 30."""
+    datasets = pytest.importorskip("datasets")
+
+    hops = [2, 3, 2, 4, 2, 3, 3, 2, 4, 2, 3, 2, 2, 4, 3, 2, 3, 3, 2, 4, 2, 2, 3, 3, 2, 4, 3, 2, 2, 3, 2, 3, 2, 2]
+    pool = [{"id": f"{h}hop__{i}", "question_decomposition": [{"id": j} for j in range(h)]} for i, h in enumerate(hops)]
+    ds = datasets.Dataset.from_list([{"id": r["id"], "num_hops": len(r["question_decomposition"])} for r in pool])
+    parts = []
+    for h in (2, 3, 4):
+        bucket = ds.filter(lambda r: r["num_hops"] == h).shuffle(seed=seed)
+        parts.append(bucket.select(range(min(size // 3, len(bucket)))))
+    expected = datasets.concatenate_datasets(parts).shuffle(seed=seed)["id"]
+    assert [r["id"] for r in mq.hop_stratified(pool, size, seed)] == expected
+
+
+def test_hop_stratified_on_the_fixture_matches_datasets():
+    datasets = pytest.importorskip("datasets")
+
+    dev = mq.read_jsonl(FIXTURE / "musique_ans_v1.0_dev.jsonl")
+    ds = datasets.Dataset.from_list([{"id": r["id"], "num_hops": len(r["question_decomposition"])} for r in dev])
+    parts = [b.select(range(min(1, len(b)))) for b in
+             (ds.filter(lambda r, h=h: r["num_hops"] == h).shuffle(seed=42) for h in (2, 3, 4))]
+    expected = datasets.concatenate_datasets(parts).shuffle(seed=42)["id"]
+    assert [r["id"] for r in mq.hop_stratified(dev, 3, 42)] == expected
+
+
 def test_prompts_for_every_method(rows):
     row = rows[0]["2hop_"]
     multi = prepare_row(row, "vpo", 3, seed=0)["prompt"][0]["content"]

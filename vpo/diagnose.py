@@ -5,8 +5,9 @@
 
 From the evaluation candidates (`eval/evalseed*.parquet`): the parse rate of every answer slot,
 response length in tokens against the evaluation's token limit and the share that hit it
-(truncated), distinct answers per problem pool, the entropy of the answers' first word (maze: the
-first move) per pool, and per-objective means. From `metrics.jsonl`: the training score, each
+(truncated), distinct answers per problem pool and the entropy of their first word (maze: the first
+move) per pool, both read from each candidate's answer in the task's normal form, and per-objective
+means. From `metrics.jsonl`: the training score, each
 reward channel and the pool diversity at the start and the end of training (means over the first
 and last fifth of the steps). Nothing here feeds a figure; it explains them.
 """
@@ -40,12 +41,13 @@ def eval_diagnostics(run_dir: Path) -> dict[str, Any]:
     out["parse_rate_by_slot"] = [round(float(v), 3) for v in frame.groupby("slot")["parsed"].mean()]
     parsed = frame[frame["parsed"]]
     keys = ["eval_seed", "problem"]
-    out["distinct_answers_per_pool"] = round(float(parsed.groupby(keys)["text"].nunique().mean()), 2) if len(parsed) else 0.0
-    first_words = parsed.assign(first=parsed["text"].str.split().str[0])
+    out["distinct_answers_per_pool"] = round(float(parsed.groupby(keys)["answer"].nunique().mean()), 2) if len(parsed) else 0.0
+    first_words = parsed.assign(first=parsed["answer"].str.split().str[0])
     out["first_word_entropy_bits"] = round(float(first_words.groupby(keys)["first"].apply(
         lambda s: _entropy_bits(list(s))).mean()), 3) if len(parsed) else 0.0
-    objectives = [c for c in frame.columns if c not in {"problem", "prompt", "chain", "slot", "text", "response",
-                                                        "scalar", "parsed", "correct", "eval_seed", "k"}]
+    objectives = [c for c in frame.columns if c not in {"problem", "prompt", "weights", "chain", "slot", "text",
+                                                        "response", "answer", "scalar", "parsed", "correct",
+                                                        "eval_seed", "k"}]
     out["objective_means"] = {c: round(float(frame[c].mean()), 3) for c in objectives}
     responses = frame.drop_duplicates(["eval_seed", "problem", "chain"])["response"].tolist()
     limit = int(meta["sampling"]["max_new_tokens"])

@@ -2,11 +2,16 @@
 
 The pool of a problem holds `budget` candidate answers: `budget / m` chains of m answers for
 multi-answer methods (10 x 3 = 30), `budget` single-answer samples otherwise (paper section 4:
-k counts candidates, not generations). Every candidate is scored to its k-vector and the task's
-fixed scalar (the GRPO training scalar). Writes
+k counts candidates, not generations). The candidates are built as the authors' evaluation builds
+them (docs/evaluation.md): a chain's m answer slots in order, a repeated answer kept as a copy and a
+missing one scored as the empty answer; a single-answer chain's whole response. Goal-conditioned
+models see the task's `eval.goal_weights`; token limits differ for single- and multi-answer methods.
+Every candidate is scored to its k-vector and the task's fixed scalar (the GRPO training scalar).
+Writes
 
-- `<out>.parquet`: one row per candidate (problem, prompt, chain, slot, text, one column per
-  objective (padded with zeros past the problem's own k), k, scalar, parsed, correct), and
+- `<out>.parquet`: one row per candidate (problem, prompt, weights shown, chain, slot, text (the
+  candidate as scored), response, answer (its normal form; "" when it holds none), one column per
+  objective (padded with zeros past the problem's own k), k, scalar, correct, parsed), and
 - `<out>.json`: pool metrics recomputed from that frame alone by `pool_metrics`.
 """
 
@@ -18,6 +23,7 @@ import logging
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,32 +55,80 @@ def parse_train_seed(model_path: str) -> int | None:
     return None
 
 
-def candidate_frame(task, rows: list[dict], chains: list[list[str]], m: int):
-    """One row per candidate: the m slots of every chain of every problem (missing answers score 0)."""
+GOAL_WEIGHT_MODES = ("none", "per_chain", "per_problem")  # what a goal-conditioned model is shown at evaluation
+
+
+@dataclass
+class PromptPlan:
+    """The prompts of one evaluation: `prompts[i]` belongs to problem `problem[i]`, shows `weights[i]`
+    (goal-conditioned prompts; else None) and is sampled `n` times; a problem's chains are the samples
+    of its prompts in order."""
+
+    prompts: list  # chat conversations, one per (problem, weight vector)
+    problem: list  # problem position (into the test rows) of each prompt
+    weights: list  # the objective weights each prompt shows, or None
+    n: int  # samples per prompt
+
+
+def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_seed: int,
+                goal_weights: str = "per_problem", alpha: float = 1.0) -> PromptPlan:
+    """Which prompts fill each problem's `budget` candidates (docs/evaluation.md).
+
+    Multi-answer methods: the m-answer prompt, budget / m chains. Single-answer methods: the prompt as
+    written, budget samples. Goal-conditioned methods by `goal_weights`: "none" the prompt as written;
+    "per_problem" one w ~ Dirichlet(alpha) per problem (`vpo.prompts.goal_weights`) shown to all its
+    samples; "per_chain" budget / m fresh vectors per problem, drawn in problem-major order from
+    default_rng(eval_seed) as the authors' MuSiQue evaluation draws them, each prompt sampled m times.
+    """
+    from vpo.prompts import goal_weights as weights_for_row, rewrite_prompt
+
+    if goal_weights not in GOAL_WEIGHT_MODES:
+        raise ValueError(f"eval.goal_weights {goal_weights!r} is not one of {GOAL_WEIGHT_MODES}")
+    if method.multi_answer:
+        prompts = [rewrite_prompt(r["prompt"], mode="multi", m=m, task=task) for r in rows]
+        return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget // m)
+    if method.prompt != "goal" or goal_weights == "none":
+        prompts = [rewrite_prompt(r["prompt"], mode="single", m=1, task=task) for r in rows]
+        return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget)
+    if goal_weights == "per_problem":
+        shown = [weights_for_row(eval_seed, int(r.get("extra_info", {}).get("index", p)), task.k, alpha)
+                 for p, r in enumerate(rows)]
+        problems, n = list(range(len(rows))), budget
+    else:
+        per_problem = budget // m
+        drawn = np.random.default_rng(eval_seed).dirichlet(np.full(task.k, float(alpha)), size=len(rows) * per_problem)
+        shown, problems, n = list(drawn), [p for p in range(len(rows)) for _ in range(per_problem)], m
+    prompts = [rewrite_prompt(rows[p]["prompt"], mode="goal", m=1, task=task, weights=w) for p, w in zip(problems, shown)]
+    return PromptPlan(prompts, problems, [[float(x) for x in w] for w in shown], n)
+
+
+def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[str]], m: int, *,
+                    single_answer_prefill: str = ""):
+    """One row per candidate (docs/evaluation.md): every chain of every problem adds its m answer slots
+    as the authors' evaluation reads them (in order, a repeat kept as a copy, a missing answer scored as
+    the empty answer), or, answering once, its whole response (after `single_answer_prefill`, when it is
+    not empty). `texts[i]` holds the `plan.n` responses to `plan.prompts[i]`."""
     import pandas as pd
 
-    from vpo.reward import compute_score
-    from vpo.rollouts import as_matrix
-
     names = task.objective_names
-    records = []
-    for p, (row, texts) in enumerate(zip(rows, chains)):
-        prompt = row["prompt"][-1]["content"]
-        for c, text in enumerate(texts):
-            result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
-            matrix = as_matrix(result["sub_scores"])
-            answers = task.split_answers(text, m)
-            k = matrix.shape[1] if matrix.size else task.k  # the problem's own k (variable_k tasks)
-            for slot in range(m):
-                vector = matrix[slot] if slot < len(matrix) else np.zeros(k)
+    records, chains_of = [], [0] * len(rows)
+    for prompt, p, shown, responses in zip(plan.prompts, plan.problem, plan.weights, texts):
+        row = rows[p]
+        truth = row["reward_model"]["ground_truth"]
+        for text in responses:
+            c, chains_of[p] = chains_of[p], chains_of[p] + 1
+            prefilled = m == 1 and single_answer_prefill and str(text).strip()
+            scored = single_answer_prefill + str(text) if prefilled else text
+            for slot, candidate in enumerate(task.eval_candidates(scored, m)):
+                vector = task.score_candidate(candidate, truth)
                 records.append({
-                    "problem": int(row.get("extra_info", {}).get("index", p)), "prompt": prompt, "chain": c,
-                    "slot": slot, "text": answers[slot] if slot < len(answers) else "", "response": text,
-                    **dict(zip(names, task.pad(vector))), "k": k,
-                    "scalar": task.scalar(vector), "parsed": slot < len(answers),
-                    "correct": bool(task.is_correct(vector)),
+                    "problem": int(row.get("extra_info", {}).get("index", p)), "prompt": prompt[-1]["content"],
+                    "weights": shown, "chain": c, "slot": slot, "text": candidate, "response": text,
+                    "answer": task.candidate_answer(candidate), **dict(zip(names, task.pad(vector))),
+                    "k": len(vector), "scalar": task.scalar(vector), "correct": bool(task.is_correct(vector)),
                 })
-    return pd.DataFrame.from_records(records)
+    frame = pd.DataFrame.from_records(records)
+    return frame.assign(parsed=frame["answer"].str.len() > 0)
 
 
 def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
@@ -122,30 +176,33 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     from vpo.atomic import atomic_file, write_json_atomic
     from vpo.data import read_rows
     from vpo.methods import get_method
-    from vpo.prompts import prepare_row
     from vpo.task import resolve
 
     t0 = time.time()
     task, method = resolve(task_name), get_method(method_name)
-    m = m if method.multi_answer else 1
     budget = int(eval_settings["budget"])
-    if budget % m:
+    goal_mode = str(eval_settings.get("goal_weights", "per_problem"))
+    slots = m if method.multi_answer else 1  # candidates per chain
+    if (method.multi_answer or (method.prompt == "goal" and goal_mode == "per_chain")) and budget % m:
         raise ValueError(f"eval budget {budget} is not a multiple of m={m}; set task_settings.{task_name}.eval.budget")
     if not (Path(model_path) / "config.json").is_file():
         raise FileNotFoundError(f"{model_path} is not a model directory; run `vpo merge --run <run dir>` first")
     rows = read_rows(data_dir, "test")[:n_problems]
-    rows = [prepare_row(row, method, m, eval_seed, alpha=alpha) for row in rows]
+    plan = prompt_plan(task, rows, method, m=m, budget=budget, eval_seed=eval_seed, goal_weights=goal_mode, alpha=alpha)
+    limit = int(eval_settings["max_new_tokens"]["multi" if method.multi_answer else "single"])
     sampling = SamplingSettings(temperature=float(eval_settings["temperature"]), top_p=float(eval_settings["top_p"]),
-                                max_new_tokens=int(eval_settings["max_new_tokens"]), seed=eval_seed)
+                                max_new_tokens=limit, seed=eval_seed)
     kwargs = {"batch_size": batch_size} if backend == "transformers" else {"seed": eval_seed}
     generator = make_backend(backend, model_path, **kwargs)
-    chains = generator.generate([r["prompt"] for r in rows], budget // m, sampling)
-    frame = candidate_frame(task, rows, chains, m)
+    texts = generator.generate(plan.prompts, plan.n, sampling)
+    frame = candidate_frame(task, rows, plan, texts, slots,
+                            single_answer_prefill=str(eval_settings.get("single_answer_prefill", "")))
     metrics = pool_metrics(frame, task, budget=budget, eval_seed=eval_seed)
     payload = {"task": task_name, "method": method_name, "train_seed": train_seed, "eval_seed": eval_seed,
-               "m": m, "chains": budget // m, "model": str(model_path), "backend": backend,
+               "m": slots, "chains": budget // slots, "model": str(model_path), "backend": backend,
                "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
                             "max_new_tokens": sampling.max_new_tokens},
+               "goal_weights": goal_mode if method.prompt == "goal" else None,
                **metrics, "wall_time_s": round(time.time() - t0, 2)}
     out_path = Path(out)
     with atomic_file(out_path) as tmp:

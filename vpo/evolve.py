@@ -278,7 +278,8 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
     task, method = resolve(task_name), get_method(method_name)
     task_cfg = task_settings(cfg, task_name)
     m = int(task_cfg["m"]) if method.multi_answer else 1
-    sampling = {k: task_cfg["eval"][k] for k in ("temperature", "top_p", "max_new_tokens")}
+    sampling = {"temperature": task_cfg["eval"]["temperature"], "top_p": task_cfg["eval"]["top_p"],
+                "max_new_tokens": task_cfg["eval"]["max_new_tokens"]["multi" if method.multi_answer else "single"]}
     chosen = [p["problem"] for p in json.loads(Path(hardest).read_text())["problems"]]
     rows = {int(r["extra_info"].get("index", i)): r for i, r in enumerate(read_rows(data_dir, "test"))}
     missing = [p for p in chosen if p not in rows]
@@ -286,7 +287,10 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
         raise ValueError(f"{hardest} names problems {missing} that {data_dir}/test.parquet lacks; rebuild it")
     eval_seed = int(task_cfg["eval"]["seeds"][0])
     alpha = float(method_settings(cfg, method_name).get("alpha", 1.0))
-    rows = {p: prepare_row(rows[p], method, m, eval_seed, alpha=alpha) for p in chosen}
+    # the prompt as the evaluation shows it: no weights where eval.goal_weights is none, else one vector per problem
+    unweighted = method.prompt == "goal" and task_cfg["eval"]["goal_weights"] == "none"
+    rows = {p: prepare_row(rows[p], get_method("grpo") if unweighted else method, m, eval_seed, alpha=alpha)
+            for p in chosen}
     out_dir = Path(out)
     reset_state(out_dir, {"model": str(Path(model).resolve()), "files": model_fingerprint(Path(model)),
                           "settings": settings_digest([asdict(settings), sampling, m]), "problems": chosen,

@@ -121,6 +121,32 @@ class Task:
         rows = [self._clean(self.score_answer(a, ground_truth)) for a in answers]
         return rows + [[0.0] * self.k for _ in range(m - len(rows))], len(answers)
 
+    # ---- evaluation candidates (docs/evaluation.md: the authors' `evaluate`, not the reward) ----
+    def answer_slots(self, text: str, m: int) -> list[str]:
+        """The m answer slots of a multi-answer response as the authors' evaluation reads them: in
+        order, a repeated answer kept as a copy, a missing one "" (no dedup, unlike `split_answers`)."""
+        raise NotImplementedError
+
+    def eval_candidates(self, text: str, m: int) -> list[str]:
+        """The candidates one evaluation chain adds to its problem's pool: a single-answer chain is its
+        whole response (m = 1); a multi-answer chain its m slots."""
+        if m == 1:
+            return [str(text)]
+        slots = list(self.answer_slots(str(text), m))[:m]
+        return slots + [""] * (m - len(slots))
+
+    def candidate_answer(self, candidate: str) -> str:
+        """The answer a candidate holds, in the task's normal form ("" when it holds none): what the
+        parse rate and the distinct-answer counts read."""
+        answers = self.split_answers(str(candidate), 1)
+        return answers[0] if answers else ""
+
+    def score_candidate(self, candidate: str, ground_truth: dict[str, Any]) -> list[float]:
+        """The k-vector of one evaluation candidate; an empty one scores as the empty answer (zeros)."""
+        if not str(candidate).strip():
+            return [0.0] * self.k
+        return self._clean(self.score_answer(str(candidate), ground_truth))
+
     def _clean(self, vector: Sequence[float]) -> list[float]:
         """Force k finite values in [0, 1] (a scorer bug must not leak NaN into training)."""
         values = [float(v) for v in vector]

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 from vpo.atomic import write_parquet_atomic
 from vpo.task import Task, as_random, settings_from
 from vpo_tasks.hub import DataUnavailable, load_hub_dataset
-from vpo_tasks.lcb_grading import (COMPARE_RULES, extract_code, fingerprint, has_code_block, score_programs,
-                                   split_solutions)
+from vpo_tasks.lcb_grading import (COMPARE_RULES, eval_program, eval_solutions, extract_code, fingerprint,
+                                   has_code_block, score_programs, split_solutions)
 
 MAX_TESTS = 16  # reward channels; max_tests may not exceed it
 MAX_DECODED_BYTES = 256 << 20  # a private-test blob inflating past this is refused (zip bomb)
@@ -285,6 +285,19 @@ class LcbTask(Task):
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_programs([extract_code(str(answer))], ground_truth)[0]
+
+    def answer_slots(self, text: str, m: int) -> list[str]:
+        return eval_solutions(text, m)
+
+    def candidate_answer(self, candidate: str) -> str:
+        return eval_program(candidate)
+
+    def score_candidate(self, candidate: str, ground_truth: dict[str, Any]) -> list[float]:
+        """Per-test results of the program the evaluation reads from the candidate (no program: all fail)."""
+        program = eval_program(candidate)
+        if not program:
+            return [0.0] * len(ground_truth["inputs"])
+        return self._clean(score_programs([program], ground_truth)[0])
 
     def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
         """One row per distinct program (no padding; one zero row when there is none), run as one batch."""

@@ -82,6 +82,55 @@ def split_solutions(text: str, m: int) -> list[str]:
     return parts[:m]
 
 
+# ---- the evaluation's reading of answers (docs/evaluation.md: the authors' eval, not the reward) ---
+def _fenced(text: str, opener: str, pos: int = 0) -> tuple[str, int] | None:
+    """Body of the first `opener` ... ``` pair at or after pos and the index past its closing fence.
+    (If the first opener has no closing fence after it, no later one has: a linear search.)"""
+    start = text.find(opener, pos)
+    end = text.find("```", start + len(opener)) if start >= 0 else -1
+    return None if end < 0 else (text[start + len(opener):end], end + 3)
+
+
+def eval_code_block(text: str) -> str:
+    """One answer's code as the evaluation reads it: the body of the first complete ```python block;
+    else everything after an unterminated ```python fence; else the body of the first ``` pair (an
+    info string after the fence stays part of it); else the whole text. Stripped."""
+    text = str(text)
+    found = _fenced(text, "```python")
+    if found is not None:
+        return found[0].strip()
+    start = text.find("```python")
+    if 0 <= start < len(text) - len("```python"):
+        return text[start + len("```python"):].strip()
+    found = _fenced(text, "```")
+    return found[0].strip() if found is not None else text.strip()
+
+
+def eval_solutions(text: str, m: int) -> list[str]:
+    """The m solution slots of a multi-solution response as the evaluation splits it: every complete
+    ```python block, if there is one; else the parts around every `---` (inline ones too), when there
+    are at least two, each read by `eval_code_block`; else the whole response read by it. The first
+    m, "" for missing ones, repeats kept."""
+    text = str(text)
+    blocks, pos = [], 0
+    while (found := _fenced(text, "```python", pos)) is not None:
+        blocks.append(found[0].strip())
+        pos = found[1]
+    if not blocks:
+        parts = [part.strip() for part in text.split("---") if part.strip()]
+        blocks = [eval_code_block(part) for part in parts] if len(parts) > 1 else [eval_code_block(text)]
+    return (blocks + [""] * m)[:m]
+
+
+def eval_program(candidate: str) -> str:
+    """The program the evaluation runs for one candidate: `eval_code_block` when it holds a ```python
+    fence; else the candidate is wrapped in one, so its code ends at its first ``` fence. Stripped."""
+    candidate = str(candidate)
+    if "```python" in candidate:
+        return eval_code_block(candidate)
+    return candidate.split("```")[0].strip()
+
+
 def fingerprint(code: str) -> str:
     """AST dump (comments, blank lines and spacing ignored); code that does not parse: its text with
     whitespace collapsed, lower-cased."""

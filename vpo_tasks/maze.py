@@ -237,6 +237,9 @@ class MazeTask(Task):
     def parses(self, text: str) -> bool:
         return bool(parse_moves(str(text)))
 
+    def answer_slots(self, text: str, m: int) -> list[str]:
+        return route_slots(str(text), m)
+
     def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
         if m > 1:
             return super().score_response(text, ground_truth, m)

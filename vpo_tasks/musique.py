@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import string
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import numpy as np
 
 from vpo.atomic import write_parquet_atomic
 from vpo.task import as_random, settings_from
@@ -122,16 +123,16 @@ def load_raw(settings: MusiqueSettings) -> dict[str, list[dict[str, Any]]]:
 
 
 def hop_stratified(records: list[dict[str, Any]], size: int, seed: int) -> list[dict[str, Any]]:
-    """size / 3 questions of each hop count, each bucket shuffled with `seed`, concatenated, shuffled
-    again with `seed` (a bucket with fewer questions gives all it has)."""
+    """The authors' selection (PAPER_REPRO.md, MuSiQue eval split), done with numpy as `datasets` does
+    it: each hop bucket, in file order, permuted by `np.random.default_rng(seed).permutation` (what
+    `Dataset.shuffle(seed=seed)` draws), its first size / 3 kept (all, when fewer), the buckets of 2, 3
+    and 4 hops concatenated, and the concatenation permuted again with the same seed."""
     per_hop = size // len(HOP_COUNTS)
     chosen: list[dict[str, Any]] = []
     for hops in HOP_COUNTS:
         bucket = [r for r in records if len(r["question_decomposition"]) == hops]
-        random.Random(seed).shuffle(bucket)
-        chosen += bucket[:per_hop]
-    random.Random(seed).shuffle(chosen)
-    return chosen
+        chosen += [bucket[i] for i in np.random.default_rng(seed).permutation(len(bucket))[:per_hop]]
+    return [chosen[i] for i in np.random.default_rng(seed).permutation(len(chosen))]
 
 
 FORMAT_LINE = ("First reason about which paragraphs matter, then give the supporting paragraph indices as "

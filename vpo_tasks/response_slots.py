@@ -56,6 +56,9 @@ class ResponseSlotTask(Task):
                 found.append(slot)
         return found
 
+    def answer_slots(self, text: str, m: int) -> list[str]:
+        return response_slots(str(text), m)
+
     def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
         """Rows of the m slots: a non-empty slot scored (a gate failure scores zeros), an empty one a
         zero row, every row equal to an earlier one dropped, zero rows padding to m; and the number of

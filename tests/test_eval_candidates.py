@@ -1,0 +1,202 @@
+"""Evaluation candidates as the authors' evaluation builds them (docs/evaluation.md), with every
+expected vector written out by hand: a repeated answer kept as a copy, an empty slot and a missing
+one scoring as the empty answer, `---` splits, a single-answer chain scored on its whole text; the
+goal-weight modes; the single-answer prefill."""
+
+import numpy as np
+import pytest
+
+from vpo.evaluate import PromptPlan, candidate_frame, prompt_plan
+from vpo.methods import get_method
+from vpo.task import resolve
+
+ZERO4, ZERO5 = [0.0] * 4, [0.0] * 5
+
+
+def pool(task_name, truth, responses, m, *, prefill=""):
+    """The candidate vectors of one problem whose chains are `responses` (one prompt, len(responses) samples)."""
+    task = resolve(task_name)
+    row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": truth},
+           "extra_info": {"index": 0}}
+    plan = PromptPlan([row["prompt"]], [0], [None], len(responses))
+    frame = candidate_frame(task, [row], plan, [responses], m, single_answer_prefill=prefill)
+    return frame, frame[task.objective_names[: int(frame["k"].iloc[0])]].to_numpy().tolist()
+
+
+# ---- maze: S at the top left, E at the bottom right; the top route takes the gold, the left one the
+# diamond through the lava (linear fractions, so the vectors are easy to read)
+MAZE = {"grid_text": "S G .\nL # .\nD . E", "start": [0, 0], "end": [2, 2], "max_steps": 6,
+        "num_gold": 1, "num_diamond": 1, "num_lava": 1, "score_mode": "linear"}
+TOP, LEFT = "RIGHT RIGHT DOWN DOWN", "DOWN DOWN RIGHT RIGHT"
+V_TOP, V_LEFT = [1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]
+
+
+def test_maze_route_slots_in_order_with_copies_and_empty_slots():
+    frame, vectors = pool("maze", MAZE, [
+        f"<route_1>{TOP}</route_1> <route_2>{TOP}</route_2> <route_3></route_3>",   # a repeat, an empty slot
+        f"<route_2>{LEFT}</route_2>",                                               # slots 1 and 3 missing
+        f"{TOP}\n---\n{LEFT}",                                                      # --- splits, one missing
+        f"<answer>{LEFT}</answer> then <answer>{TOP}</answer>",                     # >= 2 answer blocks
+    ], m=3)
+    assert vectors == [V_TOP, V_TOP, ZERO4, ZERO4, V_LEFT, ZERO4, V_TOP, V_LEFT, ZERO4, V_LEFT, V_TOP, ZERO4]
+    assert frame["chain"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert frame["slot"].tolist() == [0, 1, 2] * 4
+    assert frame["parsed"].tolist() == [True, True, False, False, True, False, True, True, False, True, True, False]
+    assert frame["scalar"].tolist() == pytest.approx([0.75, 0.75, 0, 0, 0.5, 0, 0.75, 0.5, 0, 0.5, 0.75, 0])
+
+
+def test_maze_single_answer_chain_is_its_whole_text():
+    _, vectors = pool("maze", MAZE, [
+        f"I go {TOP}.",                          # no tags: every move word of the text
+        f"<answer>{LEFT}</answer> not {TOP}",    # the first answer block only
+        f"<route_1>{TOP}</route_1>",             # route tags mean nothing to a single answer: the whole text
+        "no moves at all",
+    ], m=1)
+    assert vectors == [V_TOP, V_LEFT, V_TOP, ZERO4]
+
+
+def test_maze_multi_answer_chain_without_tags_is_route_one():
+    _, vectors = pool("maze", MAZE, [f"I would go {TOP}"], m=3)
+    assert vectors == [V_TOP, ZERO4, ZERO4]
+
+
+# ---- the <response_i> tasks: no `---` fallback, so an untagged multi-answer chain holds m empty slots
+MUSIQUE = {"answer": "Paris", "answer_aliases": ["City of Paris"], "supporting_indices_ordered": [3, 7], "num_hops": 2}
+RIGHT_ANSWER = "<support>3, 7</support><answer>Paris</answer>"     # both hops, F1 1; hops 3-4 free
+WRONG_ANSWER = "<support>7</support><answer>Lyon</answer>"         # hop 2 only, F1 0
+
+
+def test_musique_slots_and_single_answers():
+    frame, vectors = pool("musique", MUSIQUE, [
+        f"<response_1>{RIGHT_ANSWER}</response_1><response_2>{RIGHT_ANSWER}</response_2>",  # a copy; 3 missing
+        f"<response_1>  </response_1><response_2>{WRONG_ANSWER}</response_2><response_3><support>3</support>"
+        "</response_3>",                                                  # empty; scored; no answer -> zeros
+        f"{RIGHT_ANSWER}\n---\n{WRONG_ANSWER}",                            # no tags: three empty slots
+    ], m=3)
+    right, wrong = [1.0] * 5, [0.0, 1.0, 1.0, 1.0, 0.0]
+    assert vectors == [right, right, ZERO5, ZERO5, wrong, ZERO5, ZERO5, ZERO5, ZERO5]
+    assert frame["scalar"].iloc[0] == pytest.approx(1.0) and frame["scalar"].iloc[4] == pytest.approx(3 / 7)
+    _, singles = pool("musique", MUSIQUE, [f"{RIGHT_ANSWER}\n---\n{WRONG_ANSWER}", WRONG_ANSWER, "Paris"], m=1)
+    assert singles == [right, wrong, ZERO5]  # the whole text: its first support and answer blocks
+
+
+EUREQA = {"chain_entities": ["Ada", "Bob", "Cy", "Di", "Ed"]}
+
+
+def test_eureqa_slots_and_single_answers():
+    good = "".join(f"<entity_{x}>{v}</entity_{x}>" for x, v in zip("ABCDE", ["Ada", "Bob", "Cy", "Di", "Ed"]))
+    half = "<entity_A>Ada</entity_A><entity_B>Bo</entity_B><entity_C>the Cy</entity_C>"
+    _, vectors = pool("eureqa", EUREQA, [
+        f"<response_1>{half}</response_1><response_2>{half}</response_2><response_3>{good}</response_3>",
+        f"<response_2>{good}</response_2>",
+        f"{good}\n---\n{half}",
+    ], m=3)
+    h = [1.0, 0.0, 1.0, 0.0, 0.0]  # "the Cy" matches after the article is dropped
+    assert vectors == [h, h, [1.0] * 5, ZERO5, [1.0] * 5, ZERO5, ZERO5, ZERO5, ZERO5]
+    _, singles = pool("eureqa", EUREQA, [f"{half}\n---\n{good}", "Ada"], m=1)
+    # each entity tag is read at its first occurrence anywhere in the text: A-C from the first chain, D, E from the second
+    assert singles == [[1.0, 0.0, 1.0, 1.0, 1.0], ZERO5]
+
+
+TOOL = {"tool_calls_json": '[{"name": "weather", "parameters": {"city": "Oslo"}}]'}
+CALL = '<tool_call>\n{"name": "weather", "parameters": {"city": "Oslo"}}\n</tool_call>'
+
+
+def test_tool_prefill_before_single_answers_only():
+    thought = f"<think>look it up</think>{CALL}"
+    _, singles = pool("tool", TOOL, [CALL, thought, "   "], m=1, prefill="<think>\n\n</think>\n\n")
+    assert singles == [[1.0] * 4, [1.0] * 4, ZERO4]  # the prefill gives the think block; a blank answer stays 0
+    _, raw = pool("tool", TOOL, [CALL], m=1)
+    assert raw == [[0.0, 1.0, 1.0, 1.0]]  # without it the format channel needs the model's own think block
+    _, multi = pool("tool", TOOL, [f"<response_1>{CALL}</response_1><response_2>{thought}</response_2>"
+                                   f"<response_3>{thought}</response_3>", f"{thought}\n---\n{thought}"],
+                    m=3, prefill="<think>\n\n</think>\n\n")
+    assert multi == [[0.0, 1.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4, ZERO4, ZERO4, ZERO4]  # slots are scored raw
+
+
+LCB = {"testtype": "stdin", "fn_name": None, "inputs": ["3\n1 2 3\n", "2\n4 6\n"], "outputs": ["6\n", "10\n"],
+       "timeout_s": 5.0, "memory_mb": 512, "compare": "official"}
+SUM = "input()\nprint(sum(map(int, input().split())))"
+SIX = "print(6)"
+
+
+def test_lcb_eval_split_and_programs():
+    fence = "```python\n{}\n```".format
+    frame, vectors = pool("lcb", LCB, [
+        f"{fence(SUM)}\n---\n{fence(SUM)}",           # two python blocks, the same program twice; 3 missing
+        f"{SIX}\n---\n{SUM} --- {SIX}",              # no blocks: every `---`, inline too
+        f"```\n{SUM}\n```",                          # a generic fence alone: its body
+    ], m=3)
+    assert vectors == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0],
+                       [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+    assert frame["correct"].tolist() == [True, True, False, False, True, False, True, False, False]
+    _, singles = pool("lcb", LCB, [
+        f"Sum them:\n{fence(SUM)}\nor\n{fence(SIX)}",  # the first python block
+        f"{fence(SIX)}",
+        SUM,                                           # no fence: the whole text is the program
+        f"```py\n{SUM}\n```",                          # no python fence: the code ends at the first fence -> ""
+        f"```python\n{SUM}",                           # cut off before its closing fence: to the end
+    ], m=1)
+    assert singles == [[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
+
+
+def test_lcb_code_reading_rules():
+    from vpo_tasks.lcb_grading import eval_code_block, eval_program, eval_solutions
+
+    assert eval_code_block("a ```python\nx = 1\n``` b ```python\ny\n```") == "x = 1"
+    assert eval_code_block("```python\nx = 1") == "x = 1"
+    assert eval_code_block("```cpp\nint x;\n```") == "cpp\nint x;"  # the info string stays
+    assert eval_code_block("plain") == "plain"
+    assert eval_solutions("```python\na\n```\n```python\na\n```", 3) == ["a", "a", ""]
+    assert eval_solutions("a --- b", 2) == ["a", "b"] and eval_solutions("a --- b --- c", 2) == ["a", "b"]
+    assert eval_solutions("only one", 3) == ["only one", "", ""]
+    assert eval_program("x = 1\n```\nprose") == "x = 1" and eval_program("```python\nz\n```") == "z"
+
+
+# ---- what a goal-conditioned model is shown
+def rows(n):
+    from vpo_tasks.maze import FORMAT_LINE
+
+    return [{"prompt": [{"role": "user", "content": f"maze {i}\n- You have 6 steps.\n{FORMAT_LINE}"}], "data_source": "maze",
+             "reward_model": {"ground_truth": MAZE}, "extra_info": {"index": 10 + i}} for i in range(n)]
+
+
+def test_goal_weights_none_shows_the_prompt_as_written():
+    plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
+                       goal_weights="none")
+    assert plan.prompts == [r["prompt"] for r in rows(2)] and plan.n == 30 and plan.weights == [None, None]
+
+
+def test_goal_weights_per_problem_one_vector_shown_to_all_samples():
+    from vpo.prompts import GOAL_HEADER, goal_weights
+
+    plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
+                       goal_weights="per_problem", alpha=0.5)
+    assert plan.problem == [0, 1] and plan.n == 30
+    for i, (prompt, w) in enumerate(zip(plan.prompts, plan.weights)):
+        assert w == pytest.approx(goal_weights(4, 10 + i, 4, 0.5).tolist())
+        assert GOAL_HEADER in prompt[-1]["content"] and f"Reaching the exit (E): {w[0]:.2f}" in prompt[-1]["content"]
+
+
+def test_goal_weights_per_chain_fresh_vector_per_group_of_m():
+    plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
+                       goal_weights="per_chain")
+    # 10 vectors per problem, problem-major, from one Dirichlet(1) stream seeded with the eval seed
+    expected = np.random.default_rng(4).dirichlet(np.ones(4), size=20)
+    assert plan.problem == [0] * 10 + [1] * 10 and plan.n == 3
+    assert np.allclose(plan.weights, expected) and len({tuple(w) for w in plan.weights}) == 20
+    assert plan.prompts[0][-1]["content"].startswith("maze 0") and plan.prompts[10][-1]["content"].startswith("maze 1")
+
+
+@pytest.mark.parametrize("method, kind", [("random_weight", "single"), ("grpo", "single"), ("vpo", "multi")])
+def test_other_methods_never_show_weights(method, kind):
+    plan = prompt_plan(resolve("maze"), rows(1), get_method(method), m=3, budget=30, eval_seed=0,
+                       goal_weights="per_chain")
+    assert plan.weights == [None] and plan.n == (10 if kind == "multi" else 30)
+    assert ("<route_3>" in plan.prompts[0][-1]["content"]) == (kind == "multi")
+
+
+def test_unknown_goal_weight_mode_is_refused():
+    with pytest.raises(ValueError, match="per_problem"):
+        prompt_plan(resolve("maze"), rows(1), get_method("goal_cond"), m=3, budget=30, eval_seed=0,
+                    goal_weights="per_prompt")
