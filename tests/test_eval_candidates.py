@@ -88,7 +88,7 @@ def test_eureqa_slots_and_single_answers():
     half = "<entity_A>Ada</entity_A><entity_B>Bo</entity_B><entity_C>the Cy</entity_C>"
     _, vectors = pool("eureqa", EUREQA, [
         f"<response_1>{half}</response_1><response_2>{half}</response_2><response_3>{good}</response_3>",
-        f"<response_2>{good}</response_2>",
+        f"<response_1> </response_1><response_2>{good}</response_2>",   # an empty slot, slot 3 missing
         f"{good}\n---\n{half}",
     ], m=3)
     h = [1.0, 0.0, 1.0, 0.0, 0.0]  # "the Cy" matches after the article is dropped
@@ -109,9 +109,12 @@ def test_tool_prefill_before_single_answers_only():
     _, raw = pool("tool", TOOL, [CALL], m=1)
     assert raw == [[0.0, 1.0, 1.0, 1.0]]  # without it the format channel needs the model's own think block
     _, multi = pool("tool", TOOL, [f"<response_1>{CALL}</response_1><response_2>{thought}</response_2>"
-                                   f"<response_3>{thought}</response_3>", f"{thought}\n---\n{thought}"],
+                                   f"<response_3>{thought}</response_3>", f"{thought}\n---\n{thought}",
+                                   f"<response_1></response_1><response_3>{thought}</response_3>"],
                     m=3, prefill="<think>\n\n</think>\n\n")
-    assert multi == [[0.0, 1.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4, ZERO4, ZERO4, ZERO4]  # slots are scored raw
+    assert multi == [[0.0, 1.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4,   # slots are scored raw, a repeat kept
+                     ZERO4, ZERO4, ZERO4,                           # no tags: three empty slots
+                     ZERO4, ZERO4, [1.0] * 4]                       # an empty slot, a missing one
 
 
 LCB = {"testtype": "stdin", "fn_name": None, "inputs": ["3\n1 2 3\n", "2\n4 6\n"], "outputs": ["6\n", "10\n"],
@@ -126,10 +129,14 @@ def test_lcb_eval_split_and_programs():
         f"{fence(SUM)}\n---\n{fence(SUM)}",           # two python blocks, the same program twice; 3 missing
         f"{SIX}\n---\n{SUM} --- {SIX}",              # no blocks: every `---`, inline too
         f"```\n{SUM}\n```",                          # a generic fence alone: its body
+        f"```python\n```\n{fence(SIX)}",            # an empty block is an empty slot
     ], m=3)
     assert vectors == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0],
-                       [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
-    assert frame["correct"].tolist() == [True, True, False, False, True, False, True, False, False]
+                       [1.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]
+    assert frame["correct"].tolist() == [True, True, False, False, True, False, True, False, False,
+                                         False, False, False]
+    assert frame["parsed"].tolist() == [True, True, False, True, True, True, True, False, False,
+                                        False, True, False]
     _, singles = pool("lcb", LCB, [
         f"Sum them:\n{fence(SUM)}\nor\n{fence(SIX)}",  # the first python block
         f"{fence(SIX)}",

@@ -155,17 +155,20 @@ def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """An evaluation budget that chains of m answers do not fill exactly (when a method answers m at a time)."""
+    """An evaluation budget that groups of m do not fill exactly: chains of m answers, or m samples per
+    shown weight vector (goal-conditioned methods with eval.goal_weights per_chain)."""
     from vpo.methods import get_method
 
-    multi = [name for name in cfg["methods"] if get_method(name).multi_answer]
     problems = []
-    for task in cfg["tasks"] if multi else []:
+    for task in cfg["tasks"]:
         settings = cfg["task_settings"].get(task) or {}
         budget, m = settings.get("eval", {}).get("budget"), settings.get("m")
-        if budget and m and budget % m:
-            problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole chains of "
-                            f"m = {m} answers ({', '.join(multi)} answer m at a time); use a multiple of {m}")
+        per_chain = settings.get("eval", {}).get("goal_weights") == "per_chain"
+        grouped = [name for name in cfg["methods"]
+                   if get_method(name).multi_answer or (per_chain and get_method(name).prompt == "goal")]
+        if grouped and budget and m and budget % m:
+            problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole groups of "
+                            f"m = {m} ({', '.join(grouped)} fill the pool m at a time); use a multiple of {m}")
     return problems
 
 
