@@ -154,7 +154,7 @@ def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
     ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
     ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
     ({"method_settings": {"vpo": {"alpah": 0.5}}}, "method_settings.vpo", "'alpah' was unexpected"),
-    ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole chains"),
+    ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole groups"),
 ])
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
     # the overrides win over the preset; preset=paper makes the paper grid the base
