@@ -90,4 +90,5 @@ def test_vllm_engine_kwargs_per_machine():
 
     assert vllm_engine_kwargs(on_cpu=False, gpu_memory_utilization=0.4) == {"gpu_memory_utilization": 0.4}
     assert vllm_engine_kwargs(on_cpu=True, gpu_memory_utilization=0.4) == {
-        "dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+        "dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
+        "enable_chunked_prefill": False}

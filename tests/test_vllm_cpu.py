@@ -98,6 +98,15 @@ def test_sampling_with_a_seed_repeats_and_the_token_limit_binds(engine, conversa
     assert max(lengths) == 7
 
 
+def test_a_pool_larger_than_one_step_of_prefill(engine, conversations):
+    """180 seeded sequences of 350-token prompts outgrow one scheduler step: with chunked prefill vLLM's
+    CPU build fails there ("CPU Generator does not use offset")."""
+    sampling = SamplingSettings(temperature=0.7, max_new_tokens=20, seed=3)
+    pools = engine.generate(conversations, 30, sampling)
+    assert [len(p) for p in pools] == [30] * len(conversations)
+    assert pools == engine.generate(conversations, 30, sampling)
+
+
 @pytest.fixture(scope="module")
 def eval_config(tmp_path_factory):
     raw = yaml.safe_load((REPO / "config.yaml").read_text())

