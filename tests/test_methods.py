@@ -42,5 +42,9 @@ def test_method_is_frozen_and_validated():
         METHODS["grpo"].estimator = "vpo"  # type: ignore[misc]
     with pytest.raises(ValueError, match="reward 'vector'"):
         Method("x", "grpo", False, "vector", "single")
-    with pytest.raises(ValueError, match="prompt 'weird'"):
+    with pytest.raises(ValueError, match="prompt kind 'weird'"):
         Method("x", "grpo", False, "scalar", "weird")
+    with pytest.raises(ValueError, match="prompt kind 'long'"):
+        Method("x", "grpo", False, "scalar", "single", lengths="long")
+    assert METHODS["random_weight"].length_kind == "goal" and METHODS["random_weight"].prompt == "single"
+    assert METHODS["vpo"].length_kind == "multi" and METHODS["grpo"].length_kind == "single"

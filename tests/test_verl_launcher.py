@@ -65,7 +65,11 @@ def test_every_paper_cell_composes_and_validates(paper_cfg, launcher, tmp_path, 
         assert config.algorithm.adv_estimator == command.estimator
         assert config.algorithm.vpo.method == method and config.data.vpo.method == method
         assert config.data.vpo.m == (tset["m"] if spec.multi_answer else 1)
-        assert config.data.max_response_length == tset["max_response_length"][spec.prompt]
+        # the authors' lengths per data path: multi-answer prompts, goal-conditioned prompts (random-weight
+        # GRPO runs through that path with the weights hidden, PAPER_REPRO.md section 1), the rest single
+        kind = {"vpo": "multi", "multi_rlvr": "multi", "goal_cond": "goal", "random_weight": "goal"}.get(method, "single")
+        assert config.data.max_response_length == tset["max_response_length"][kind]
+        assert config.data.max_prompt_length == tset["max_prompt_length"][kind]
         assert config.trainer.n_gpus_per_node == gpus
         assert config.trainer.v1.trainer_mode == "vpo_sync"
         assert config.trainer.project_name == f"vpo_{task}"

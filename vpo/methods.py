@@ -21,12 +21,20 @@ class Method:
     reward: str  # what the estimator is given: one of REWARD_KINDS (see the table below)
     prompt: str  # prompt rewrite: "single" (as is), "multi" (ask for m answers), "goal" (w shown)
     description: str = ""  # one line for tables and --help
+    # which entry of task_settings' max_prompt_length / max_response_length the method trains with: its
+    # prompt kind, unless the authors route it through another method's data path (None: `prompt`)
+    lengths: str | None = None
 
     def __post_init__(self) -> None:
         if self.reward not in REWARD_KINDS:
             raise ValueError(f"method {self.name!r}: reward {self.reward!r} is not one of {REWARD_KINDS}")
-        if self.prompt not in PROMPT_KINDS:
-            raise ValueError(f"method {self.name!r}: prompt {self.prompt!r} is not one of {PROMPT_KINDS}")
+        for kind in (self.prompt, self.length_kind):
+            if kind not in PROMPT_KINDS:
+                raise ValueError(f"method {self.name!r}: prompt kind {kind!r} is not one of {PROMPT_KINDS}")
+
+    @property
+    def length_kind(self) -> str:
+        return self.lengths or self.prompt
 
 
 # reward kinds:
@@ -44,7 +52,10 @@ _TABLE = (
     Method("vpo", "vpo", True, "matrix", "multi", "VPO: m answers, best member under random weightings"),
     Method("vpo_single", "vpo_single", False, "matrix", "single", "VPO estimator on one answer per rollout"),
     Method("goal_cond", "grpo", False, "weighted", "goal", "goal-conditioned GRPO: w . channels, w in the prompt"),
-    Method("random_weight", "grpo", False, "weighted", "single", "GRPO on w . channels, w hidden from the prompt"),
+    # the authors run random-weight GRPO as goal-conditioned GRPO with the weights kept out of the prompt
+    # (PAPER_REPRO.md section 1, `++data.random_reward_only=True`), so it gets the goal-conditioned lengths
+    Method("random_weight", "grpo", False, "weighted", "single", "GRPO on w . channels, w hidden from the prompt",
+           lengths="goal"),
 )
 
 METHODS: dict[str, Method] = {m.name: m for m in _TABLE}

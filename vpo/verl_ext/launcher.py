@@ -158,8 +158,8 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     preset_name, batch = choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
     m = int(tset["m"]) if spec.multi_answer else 1
-    prompt_len = int(tset["max_prompt_length"][spec.prompt])
-    response_len = int(tset["max_response_length"][spec.prompt])
+    prompt_len = int(tset["max_prompt_length"][spec.length_kind])
+    response_len = int(tset["max_response_length"][spec.length_kind])
     name = run_name(task, method, seed)
     train_file, test_file = data_dir / "train.parquet", data_dir / "test.parquet"
 
