@@ -8,7 +8,7 @@ rule evolve_select:
         f"{EVOLVE}/hardest.json",
     params:
         preset=PRESET,
-        select=lambda wc: [CFG["evolve"]["n_problems"], CFG["report"]["best_at"]],
+        select=lambda wc: [CFG["evolve"]["n_problems"], CFG["report"]["best_at"], CFG["evolve"]["select_methods"]],
     log:
         f"{LOGS}/evolve/{{task}}/select.log",
     threads: res("report", "threads")

@@ -46,6 +46,23 @@ def test_hardest_are_the_problems_every_pool_fails_in_index_order():
     assert chosen["n_unsolved"] == 2 and "2 of 2" in chosen["note"]
 
 
+def test_hardest_are_chosen_from_the_select_methods_pools_only():
+    """The paper: the problems GRPO and VPO both fail; another method solving one does not remove it."""
+    pools = pools_frame({
+        ("grpo", 0): {0: [0, 0], 1: [0, 0], 2: [0, 1]},
+        ("max_at_k", 0): {0: [1, 1], 1: [0, 0], 2: [0, 0]},
+        ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0]},
+    })
+    from vpo.evolve import select_hardest
+
+    chosen = select_hardest(pools, 2, best_at=2, methods=["vpo", "grpo"])
+    assert [p["problem"] for p in chosen["problems"]] == [0, 1]  # problem 0 counts although Max@k solves it
+    assert chosen["methods"] == ["grpo", "vpo"] and "for grpo, vpo (every seed)" in chosen["note"]
+    assert [p["problem"] for p in select_hardest(pools, 2, best_at=2)["problems"]] == [1, 0]
+    with pytest.raises(ValueError, match=r"select_methods names \['multi_rlvr'\]"):
+        select_hardest(pools, 2, best_at=2, methods=["grpo", "multi_rlvr"])
+
+
 def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
     # best@1 of a pool is its mean: problem 1 -> max(0.25, 0.5) = 0.5, problem 2 -> 1/3 (grpo)
     pools = pools_frame({

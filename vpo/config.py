@@ -112,6 +112,10 @@ def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
             )
         if cfg["backend"] == "verl" and settings["gpus"] < 1:
             problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
+    absent = [m for m in cfg["evolve"]["select_methods"] if m not in cfg["methods"]]
+    if absent:
+        problems.append(f"evolve.select_methods: {absent} are not in methods {cfg['methods']}, so they have no "
+                        "evaluation pools to choose the search's problems from; add them to methods or drop them")
     problems += _method_problems(cfg) + _task_problems(cfg)
     if problems:
         raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))

@@ -1,12 +1,13 @@
 """`vpo evolve`: evolutionary search (OpenEvolve) with a trained model as the mutation operator.
 
-Paper section 4: on the held-out problems that every method fails at best@30, OpenEvolve runs 200
+Paper section 4: on the held-out problems that GRPO and VPO both fail at best@30, OpenEvolve runs 200
 iterations per problem with the cell's model; the figures count problems solved and the mean best
 score found by iteration t. Two subcommands:
 
-- `vpo evolve select`: the hardest N test problems of a task from the standard evaluation (every
-  method, every training and evaluation seed pooled): those whose best@`report.best_at` is 0 for all
-  of them; when fewer exist, the N with the lowest best such score, and the file says so.
+- `vpo evolve select`: the hardest N test problems of a task from the standard evaluation of the
+  methods in `evolve.select_methods` (the paper's GRPO and VPO; every training and evaluation seed
+  pooled): those whose best@`report.best_at` is 0 for all of them; when fewer exist, the N with the
+  lowest best such score, and the file says so.
 - `vpo evolve search`: one cell's search on those problems. Per problem, OpenEvolve (full rewrites,
   islands, MAP-Elites database, checkpoints every `checkpoint_interval` iterations) asks the cell's
   model, served on 127.0.0.1 (`vpo.llm_server`), for a better program, shown the parent program and
@@ -51,6 +52,7 @@ class EvolveSettings:
     migration_rate: float  # share of an island that migrates
     evaluator_timeout_s: int  # seconds one program's scoring may take
     parent_in_prompt: bool  # show the parent program and its fitness before the problem's prompt
+    select_methods: list  # the methods whose evaluation pools must all fail a problem (paper: grpo, vpo)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "EvolveSettings":
@@ -76,18 +78,26 @@ def hardness(pools, best_at: int):
     return per_pool.groupby(level="problem").max()
 
 
-def select_hardest(pools, n: int, best_at: int) -> dict[str, Any]:
-    """The N hardest problems: all with hardness 0 (lowest index first), else the N lowest."""
-    scores = hardness(pools, best_at)
+def select_hardest(pools, n: int, best_at: int, methods: list[str] | None = None) -> dict[str, Any]:
+    """The N hardest problems for `methods` (None: every method of `pools`): all with hardness 0 (lowest
+    index first), else the N lowest."""
+    methods = sorted(pools["method"].unique().tolist()) if methods is None else sorted(methods)
+    missing = sorted(set(methods) - set(pools["method"]))
+    if missing:
+        raise ValueError(f"evolve.select_methods names {missing}, which have no evaluation pools here "
+                         f"(evaluated: {sorted(pools['method'].unique())}); add them to `methods` or change "
+                         "evolve.select_methods")
+    scores = hardness(pools[pools["method"].isin(methods)], best_at)
     ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]))
     unsolved = sum(1 for _, v in ranked if v == 0)
     chosen = ranked[:n]
-    note = (f"{len(chosen)} of {unsolved} problems that score 0 at best@{best_at} for every method and seed"
+    who = f"{', '.join(methods)} (every seed)"
+    note = (f"{len(chosen)} of {unsolved} problems that score 0 at best@{best_at} for {who}"
             if unsolved >= n else
-            f"only {unsolved} problems score 0 at best@{best_at} for every method and seed; the other "
+            f"only {unsolved} problems score 0 at best@{best_at} for {who}; the other "
             f"{len(chosen) - unsolved} are the lowest-scoring")
     return {"best_at": best_at, "n_requested": n, "n_unsolved": unsolved, "note": note,
-            "methods": sorted(pools["method"].unique().tolist()),
+            "methods": methods,
             "problems": [{"problem": int(p), "best_at": float(v)} for p, v in chosen]}
 
 
@@ -367,7 +377,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.preset)
     settings = EvolveSettings.from_config(cfg)
     if args.step == "select":
-        chosen = select_hardest(read_pools(args.pools), settings.n_problems, int(cfg["report"]["best_at"]))
+        chosen = select_hardest(read_pools(args.pools), settings.n_problems, int(cfg["report"]["best_at"]),
+                                list(settings.select_methods))
         write_json_atomic(args.out, chosen)
         print(chosen["note"])
         return 0
