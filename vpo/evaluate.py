@@ -114,19 +114,20 @@ def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[s
     records, chains_of = [], [0] * len(rows)
     for prompt, p, shown, responses in zip(plan.prompts, plan.problem, plan.weights, texts):
         row = rows[p]
-        truth = row["reward_model"]["ground_truth"]
+        found = []  # (chain, slot, candidate, response) of every sample of this prompt, scored in one batch
         for text in responses:
             c, chains_of[p] = chains_of[p], chains_of[p] + 1
             prefilled = m == 1 and single_answer_prefill and str(text).strip()
             scored = single_answer_prefill + str(text) if prefilled else text
-            for slot, candidate in enumerate(task.eval_candidates(scored, m)):
-                vector = task.score_candidate(candidate, truth)
-                records.append({
-                    "problem": int(row.get("extra_info", {}).get("index", p)), "prompt": prompt[-1]["content"],
-                    "weights": shown, "chain": c, "slot": slot, "text": candidate, "response": text,
-                    "answer": task.candidate_answer(candidate), **dict(zip(names, task.pad(vector))),
-                    "k": len(vector), "scalar": task.scalar(vector), "correct": bool(task.is_correct(vector)),
-                })
+            found += [(c, slot, candidate, text) for slot, candidate in enumerate(task.eval_candidates(scored, m))]
+        vectors = task.score_candidates([f[2] for f in found], row["reward_model"]["ground_truth"])
+        for (c, slot, candidate, text), vector in zip(found, vectors):
+            records.append({
+                "problem": int(row.get("extra_info", {}).get("index", p)), "prompt": prompt[-1]["content"],
+                "weights": shown, "chain": c, "slot": slot, "text": candidate, "response": text,
+                "answer": task.candidate_answer(candidate), **dict(zip(names, task.pad(vector))),
+                "k": len(vector), "scalar": task.scalar(vector), "correct": bool(task.is_correct(vector)),
+            })
     frame = pd.DataFrame.from_records(records)
     return frame.assign(parsed=frame["answer"].str.len() > 0)
 

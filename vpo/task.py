@@ -147,6 +147,10 @@ class Task:
             return [0.0] * self.k
         return self._clean(self.score_answer(str(candidate), ground_truth))
 
+    def score_candidates(self, candidates: Sequence[str], ground_truth: dict[str, Any]) -> list[list[float]]:
+        """`score_candidate` of each candidate of one problem (a task that runs programs batches them)."""
+        return [self.score_candidate(c, ground_truth) for c in candidates]
+
     def _clean(self, vector: Sequence[float]) -> list[float]:
         """Force k finite values in [0, 1] (a scorer bug must not leak NaN into training)."""
         values = [float(v) for v in vector]

@@ -294,10 +294,13 @@ class LcbTask(Task):
 
     def score_candidate(self, candidate: str, ground_truth: dict[str, Any]) -> list[float]:
         """Per-test results of the program the evaluation reads from the candidate (no program: all fail)."""
-        program = eval_program(candidate)
-        if not program:
-            return [0.0] * len(ground_truth["inputs"])
-        return self._clean(score_programs([program], ground_truth)[0])
+        return self.score_candidates([candidate], ground_truth)[0]
+
+    def score_candidates(self, candidates: Sequence[str], ground_truth: dict[str, Any]) -> list[list[float]]:
+        """Every candidate's program against every test in one batch of sandbox runs (an empty or
+        uncompilable program fails every test without running)."""
+        rows = score_programs([eval_program(c) for c in candidates], ground_truth)
+        return [self._clean(row) for row in rows]
 
     def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
         """One row per distinct program (no padding; one zero row when there is none), run as one batch."""
