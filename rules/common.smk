@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import preset_conflicts, scale_note, trains_tiny_base, user_overrides, write_config
 from vpo.methods import PROMPT_KINDS, get_method
+from vpo.record import deviations as paper_deviations
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
@@ -102,7 +103,7 @@ SCALE = scale_note(CFG)  # the preset and scale, named in every figure's title
 # resolved config (preset and overrides applied), not config.yaml as written. Everything above has
 # read the raw values it needs; rules read CFG.
 config.clear()
-config.update(CFG, scale=SCALE)
+config.update(CFG, scale=SCALE, deviations=paper_deviations())  # the last: docs/reproducibility.md's marked rows
 
 
 def diversity_methods():
