@@ -61,7 +61,7 @@ wildcard_constraints:
     prompt="|".join(PROMPT_KINDS),
 
 
-# ---- paths (DESIGN.md section 4) --------------------------------------------------------------
+# ---- paths -----------------------------------------------------------------------------------
 # Each preset has its own tree, so cpu, ci and paper runs in one checkout never redo or overwrite
 # each other's outputs; figures/<name> is a copy of the latest run's figure (rule publish_figure).
 RESULTS = f"results/{PRESET}"

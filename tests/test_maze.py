@@ -1,4 +1,4 @@
-"""maze: fixture routes (tasks.md 1.6), the authors' parsing rules (1.5) one case each, the
+"""maze: fixture routes, the authors' parsing rules (ryanboldi/vpo at 767db79 vpo_tasks/maze.py) one case each, the
 simulator's edge rules, the authors' mazes from their seeds (1.2 fixtures), generator invariants
 over 300+ mazes, determinism, and the warm-start demonstrations."""
 

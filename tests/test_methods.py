@@ -1,4 +1,4 @@
-"""The method table equals DESIGN.md section 3."""
+"""The method table equals the methods of the paper and PAPER_REPRO.md section 1 (ryanboldi/vpo)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from vpo.advantage import ESTIMATORS
 from vpo.methods import METHODS, Method, get_method
 
-# (name, estimator, multi_answer, reward, prompt), transcribed from DESIGN.md section 3; vpo_single
+# (name, estimator, multi_answer, reward, prompt), transcribed from PAPER_REPRO.md section 1 and the paper; vpo_single
 # names its own registered estimator (VPO on one answer per rollout) so the table alone picks it.
 DESIGN_TABLE = [
     ("grpo", "grpo", False, "scalar", "single"),

@@ -1,4 +1,4 @@
-"""musique: the tasks.md 2.4 fixture through `vpo preprocess --set path=...` and compute_score, the
+"""musique: the fixture of tests/fixtures/musique through `vpo preprocess --set path=...` and compute_score, the
 parsing rules of 2.3, the hop-stratified split, the hub path (real `datasets` JSON builder behind a
 stubbed hub), the error when no data is reachable, and a fuzzed scorer."""
 

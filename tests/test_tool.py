@@ -1,4 +1,4 @@
-"""tool: the tasks.md 4.4 fixture (raw rlla_4k parquet layout) through `vpo preprocess --set path=...`
+"""tool: the fixture of tests/fixtures/tool (raw rlla_4k parquet layout) through `vpo preprocess --set path=...`
 and compute_score, the call parser and typed value matching of 4.3, the appended multi-answer
 instruction, the download branch failing fast, and a fuzzed scorer."""
 
