@@ -125,7 +125,8 @@ def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_
     from vpo.evolve_evaluator import program_response, score_program
     from vpo.task import resolve
 
-    resolve("lcb").preprocess(str(tmp_path), {"path": str(REPO / "tests" / "fixtures" / "lcb")})
+    resolve("lcb").preprocess(str(tmp_path), {"source": "livecodebench",
+                                             "livecodebench": {"path": str(REPO / "tests" / "fixtures" / "lcb")}})
     row = next(r for r in read_rows(str(tmp_path), "test") if r["extra_info"]["task_id"] == "lc-add-k")
     truth = row["reward_model"]["ground_truth"]
     wrong = "def addK(nums, k):\n    return nums"

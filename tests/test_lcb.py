@@ -15,11 +15,13 @@ import pandas as pd
 import pytest
 
 from vpo.reward import compute_score
-from vpo_tasks import lcb
-from vpo_tasks.lcb import LCB, UndecodableTests, decode_tests
+from vpo_tasks import lcb, lcb_sources
+from vpo_tasks.lcb import LCB
+from vpo_tasks.lcb_sources import UndecodableTests, decode_tests
 from vpo_tasks.lcb_grading import extract_code, fingerprint, split_solutions, stdout_matches
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lcb"
+LOCAL = {"source": "livecodebench", "livecodebench": {"path": str(FIXTURE)}}
 # L3's 20 tests are x -> 2x for these x; by size (len(input) + len(output)), ties in file order, the
 # 16 smallest are these indices (sizes 4,4,4,4,4,5,5,5,5,6,7,7,9,10,12,13; dropped: 14,16,19,20).
 L3_X = [1, 50, 3, 12345, 7, 999, 4, 123456789, 60, 2, 100000, 9, 31, 4444, 55555, 8, 1234567, 0, 77777777, 6]
@@ -33,7 +35,7 @@ def encode(value) -> str:
 @pytest.fixture(scope="module")
 def splits(tmp_path_factory):
     out = tmp_path_factory.mktemp("lcb")
-    LCB.preprocess(str(out), {"path": str(FIXTURE)})
+    LCB.preprocess(str(out), LOCAL)
     return {name: pd.read_parquet(out / f"{name}.parquet") for name in ("train", "test")}
 
 
@@ -70,19 +72,19 @@ def test_prompts_drop_self_and_ask_for_one_block(splits):
 
 
 def test_cap_is_stable_and_configurable(tmp_path):
-    LCB.preprocess(str(tmp_path), {"path": str(FIXTURE), "max_tests": 5})
+    LCB.preprocess(str(tmp_path), {**LOCAL, "max_tests": 5})
     truth = pd.read_parquet(tmp_path / "train.parquet")["reward_model"].iloc[0]["ground_truth"]
     assert list(truth["inputs"]) == [f"{L3_X[i]}\n" for i in L3_KEPT[:5]]
     with pytest.raises(ValueError, match="max_tests"):
-        LCB.preprocess(str(tmp_path), {"path": str(FIXTURE), "max_tests": 17})
+        LCB.preprocess(str(tmp_path), {**LOCAL, "max_tests": 17})
 
 
 def test_contest_date_as_datetime(tmp_path, monkeypatch):
     records = [json.loads(line) for f in sorted(FIXTURE.glob("test*.jsonl")) for line in f.read_text().splitlines()]
     for record in records:
         record["contest_date"] = datetime.fromisoformat(record["contest_date"])  # the generic builder's timestamp
-    monkeypatch.setattr(lcb, "load_raw", lambda settings: records)
-    LCB.preprocess(str(tmp_path), {})
+    monkeypatch.setattr(lcb_sources, "load_livecodebench", lambda settings: records)
+    LCB.preprocess(str(tmp_path), {"source": "livecodebench"})
     assert [e["task_id"] for e in pd.read_parquet(tmp_path / "test.parquet")["extra_info"]] == ["lc-add-k", "abc400_a"]
 
 
@@ -115,7 +117,7 @@ def test_malicious_pickle_never_runs(tmp_path, capsys):
     records = [json.loads(line) for line in (FIXTURE / "test.jsonl").read_text().splitlines()]
     records[0]["private_test_cases"] = blob
     (raw / "test.jsonl").write_text("\n".join(json.dumps(r) for r in records))
-    LCB.preprocess(str(tmp_path / "out"), {"path": str(raw)})
+    LCB.preprocess(str(tmp_path / "out"), {"source": "livecodebench", "livecodebench": {"path": str(raw)}})
     err = capsys.readouterr().err
     assert "dropped 'lc-add-k'" in err and "'undecodable': 1" in err
     assert [e["task_id"] for e in pd.read_parquet(tmp_path / "out" / "test.parquet")["extra_info"]] == ["abc400_a"]

@@ -70,10 +70,10 @@ def test_every_keyed_row_is_what_the_paper_preset_runs(composed):
         for task, method in cells(cfg, row["scope"]):
             if kind == "verl":
                 got = OmegaConf.select(configs[(task, method)], key, throw_on_missing=True)
-            elif kind == "task":
-                got = task_settings(cfg, task)[key]
-            elif kind == "eval":
-                got = task_settings(cfg, task)["eval"][key]
+            elif kind in ("task", "eval"):
+                got = task_settings(cfg, task)["eval"] if kind == "eval" else task_settings(cfg, task)
+                for part in key.split("."):  # task:data.source
+                    got = got[part]
             else:
                 name, setting = key.split(".", 1)
                 got = method_settings(cfg, name)[setting]

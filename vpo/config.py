@@ -282,16 +282,17 @@ def load_config(
 
 
 def absolute_data_paths(cfg: Mapping[str, Any], base: str | os.PathLike) -> dict[str, Any]:
-    """A copy of cfg whose relative `task_settings.<task>.data.path` values (the presets' included,
-    so that re-resolving the copy keeps them) are made absolute against `base` (the project
-    directory): jobs find them whatever directory the workflow runs in."""
+    """A copy of cfg whose relative `path` values in `task_settings.<task>.data` and its sub-mappings
+    (lcb's sources), the presets' included so that re-resolving the copy keeps them, are made
+    absolute against `base` (the project directory): jobs find them whatever directory they run in."""
     out = copy.deepcopy(dict(cfg))
-    blocks = [out, *(out.get("presets") or {}).values()]
-    for block in blocks:
+    for block in [out, *(out.get("presets") or {}).values()]:
         for settings in (block.get("task_settings") or {}).values():
-            path = (settings.get("data") or {}).get("path")
-            if path and not Path(str(path)).expanduser().is_absolute():
-                settings["data"]["path"] = str((Path(base) / str(path)).resolve())
+            data = settings.get("data") or {}
+            for holder in [data, *(v for v in data.values() if isinstance(v, dict))]:
+                path = holder.get("path")
+                if path and not Path(str(path)).expanduser().is_absolute():
+                    holder["path"] = str((Path(base) / str(path)).resolve())
     return out
 
 

@@ -43,15 +43,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
+    """{key: value} of `--set key=value` items; a dotted key (`deepcoder.path=DIR`) sets a nested one."""
     settings: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"vpo preprocess: --set expects KEY=VALUE, got {item!r}")
+        if not sep or not key or "" in key.split("."):
+            raise SystemExit(f"vpo preprocess: --set expects KEY=VALUE (KEY may be dotted), got {item!r}")
         try:
-            settings[key] = json.loads(value)
+            parsed = json.loads(value)
         except json.JSONDecodeError:
-            settings[key] = value
+            parsed = value
+        *parents, leaf = key.split(".")
+        node = settings
+        for name in parents:
+            node = node.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise SystemExit(f"vpo preprocess: --set {key}: {name} is set to a value and a mapping at once")
+        node[leaf] = parsed
     return settings
 
 
@@ -66,8 +74,9 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     for dest, name in FLAG_SETTINGS.items():
         if getattr(args, dest, None) is not None:
             settings[name] = getattr(args, dest)
-    settings.update(_parse_set(args.set))
-    return settings
+    from vpo.config import deep_merge
+
+    return deep_merge(settings, _parse_set(args.set))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,16 +28,20 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def load_hub_dataset(task: str, dataset_id: str, **kwargs: Any):
+def load_hub_dataset(task: str, dataset_id: str, path_setting: str | None = None, **kwargs: Any):
     """`datasets.load_dataset(dataset_id, **kwargs)`; when the hub is unreachable (and the cache is
-    not used offline via HF_HUB_OFFLINE=1), DataUnavailable naming task_settings.<task>.data.path."""
+    not used offline via HF_HUB_OFFLINE=1), DataUnavailable naming the local-path setting
+    (`path_setting`, by default task_settings.<task>.data.path)."""
     import datasets
+
+    path_setting = path_setting or f"task_settings.{task}.data.path"
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     if not offline and not hub_reachable():
         raise DataUnavailable(
             f"{task}: the Hugging Face hub is not reachable for {dataset_id!r}; download the files once and set "
-            f"task_settings.{task}.data.path (or `vpo preprocess --task {task} --set path=DIR`) to their directory, "
+            f"{path_setting} (or `vpo preprocess --task {task} --set {path_setting.split('.data.')[1]}=DIR`) to their "
+            "directory, "
             "or set HF_HUB_OFFLINE=1 to use a warm datasets cache")
     return datasets.load_dataset(dataset_id, **kwargs)
 

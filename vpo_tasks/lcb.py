@@ -6,126 +6,60 @@ problem's tests passed; an answer is correct when it passes all of them. Reward 
 problem's own length (VPO draws weights of that length); methods that need a fixed k (GDPO, goal
 conditioning) see them padded with zeros to 16 channels.
 
-Data: `livecodebench/code_generation_lite` at a revision without the loading script (the generic
-JSON builder reads every `test*.jsonl`), or a directory of those files (`data.path`). Train and test
-are contest-date windows. Private tests only: decoded as JSON, else base64 -> zlib -> pickle read by
-an unpickler that admits plain data only (a record that does not decode is dropped and named on
-stderr, never run); tests over 8 KiB dropped; the `max_tests` smallest kept (stable order).
+Data (`vpo_tasks.lcb_sources`): DeepCoder's release (the paper's case study: its training configs,
+the held-out `lcbv5` test split) or LiveCodeBench's own (contest-date windows), from the hub or a
+local directory; `data.source` picks one. A record whose tests do not decode is dropped and named on
+stderr, never run; tests over 8 KiB are dropped; the `max_tests` smallest are kept (stable order).
 """
 
 from __future__ import annotations
 
-import base64
-import io
-import json
 import os
-import pickle
 import re
 import sys
-import zlib
 from dataclasses import dataclass
-from datetime import date, datetime
-from pathlib import Path
 from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
 from vpo.task import Task, as_random, settings_from
-from vpo_tasks.hub import DataUnavailable, load_hub_dataset
+from vpo_tasks.lcb_sources import (SOURCES, DeepCoderSource, DroppedRecord, LiveCodeBenchSource, RawProblem,
+                                   deepcoder_records, livecodebench_records)
 from vpo_tasks.lcb_grading import (COMPARE_RULES, eval_program, eval_solutions, extract_code, fingerprint,
                                    has_code_block, score_programs, split_solutions)
 
 MAX_TESTS = 16  # reward channels; max_tests may not exceed it
-MAX_DECODED_BYTES = 256 << 20  # a private-test blob inflating past this is refused (zip bomb)
-PLAIN_TYPES = (str, bytes, list, dict, tuple, int, float, bool, type(None))
 FORMAT_LINE = "Write your solution in one ```python code block."
 
 
 @dataclass
 class LcbSettings:
-    path: str | None = None  # directory holding the release's test*.jsonl files; None: the hub dataset below
-    dataset: str = "livecodebench/code_generation_lite"  # Hugging Face dataset id
-    revision: str = "refs/pr/6"  # a revision without the loading script (the generic JSON builder reads all files)
-    train_before: str = "2025-02-01"  # train: contest_date < this
-    test_from: str = "2025-02-01"  # test: test_from <= contest_date < test_before
-    test_before: str = "2025-05-01"
-    max_tests: int = 16  # private tests kept per problem, the smallest first (<= 16)
+    source: str = "deepcoder"  # deepcoder (the paper's case study) | livecodebench (date windows of its own release)
+    deepcoder: Any = None  # that source's location and configs: a mapping read into lcb_sources.DeepCoderSource
+    livecodebench: Any = None  # that source's location and date windows: read into LiveCodeBenchSource
+    max_tests: int = 16  # tests kept per problem, the smallest first (<= 16)
     max_test_chars: int = 8192  # a test whose input + output is longer is dropped
     test_timeout_s: float = 6.0  # wall clock per test run
     memory_mb: int = 2048  # address space per test run
     compare: str = "official"  # stdin output rule: official (line/token, Decimal) | exact (right-stripped lines)
-    train_size: int | None = None  # cap on training problems (in date order); None: all
+    train_size: int | None = None  # cap on training problems (in the source's order); None: all
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "LcbSettings":
         s = settings_from(cls, values, "lcb")
+        if s.source not in SOURCES:
+            raise ValueError(f"lcb: source {s.source!r} is not one of {', '.join(SOURCES)}")
+        s.deepcoder = DeepCoderSource.from_dict(s.deepcoder)
+        s.livecodebench = LiveCodeBenchSource.from_dict(s.livecodebench)
         if not 1 <= s.max_tests <= MAX_TESTS:
             raise ValueError(f"lcb: max_tests must be between 1 and {MAX_TESTS}, got {s.max_tests}")
         if s.compare not in COMPARE_RULES:
             raise ValueError(f"lcb: compare {s.compare!r} is not one of {', '.join(COMPARE_RULES)}")
         if s.test_timeout_s <= 0 or s.memory_mb <= 0:
             raise ValueError("lcb: test_timeout_s and memory_mb must be positive")
-        for name in ("train_before", "test_from", "test_before"):
-            try:
-                date.fromisoformat(str(getattr(s, name)))
-            except ValueError:
-                raise ValueError(f"lcb: {name} must be a date like 2025-02-01, got {getattr(s, name)!r}") from None
         return s
 
 
-# ---- private tests ---------------------------------------------------------------------------
-class UndecodableTests(ValueError):
-    """A record's private tests are not plain data in either known encoding."""
-
-
-class PlainDataUnpickler(pickle.Unpickler):
-    """An unpickler that resolves no global at all, so only built-in plain data can come out."""
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: only plain data is admitted")
-
-    def persistent_load(self, pid: Any):
-        raise pickle.UnpicklingError("refused a persistent id: only plain data is admitted")
-
-
-def _check_plain(value: Any, depth: int = 0) -> None:
-    if depth > 20 or not isinstance(value, PLAIN_TYPES):
-        raise UndecodableTests(f"not plain data: {type(value).__name__}")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_plain(key, depth + 1)
-            _check_plain(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _check_plain(item, depth + 1)
-
-
-def decode_tests(text: str) -> list[dict[str, str]]:
-    """The test list of a `*_test_cases` field: JSON, else base64(zlib(pickle(JSON text)))."""
-    try:
-        value = json.loads(text)
-    except (ValueError, TypeError):
-        try:
-            inflater = zlib.decompressobj()
-            raw = inflater.decompress(base64.b64decode(text, validate=True), MAX_DECODED_BYTES)
-            if inflater.unconsumed_tail:
-                raise UndecodableTests(f"inflates past {MAX_DECODED_BYTES} bytes")
-            value = PlainDataUnpickler(io.BytesIO(raw)).load()
-        except UndecodableTests:
-            raise
-        except Exception as err:  # binascii, zlib and pickle errors alike
-            raise UndecodableTests(f"{type(err).__name__}: {err}") from None
-        _check_plain(value)
-        if isinstance(value, (str, bytes)):
-            try:
-                value = json.loads(value)
-            except ValueError as err:
-                raise UndecodableTests(f"unpickled text is not JSON: {err}") from None
-    if not isinstance(value, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in value):
-        raise UndecodableTests("not a list of {input, output} objects with text values")
-    return value
-
-
+# ---- tests -----------------------------------------------------------------------------------
 def smallest_tests(tests: list[dict[str, str]], max_tests: int, max_chars: int) -> list[dict[str, str]]:
     """Tests with input + output of at most max_chars, the max_tests smallest, ties in file order."""
     kept = [t for t in tests if len(t["input"]) + len(t["output"]) <= max_chars]
@@ -133,74 +67,33 @@ def smallest_tests(tests: list[dict[str, str]], max_tests: int, max_chars: int) 
 
 
 # ---- data ------------------------------------------------------------------------------------
-def as_datetime(value: Any) -> datetime:
-    """contest_date as a datetime: ISO text (jsonl) or a datetime (the generic builder's timestamp)."""
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=None)
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day)
-    return datetime.fromisoformat(str(value)).replace(tzinfo=None)
-
-
-def load_raw(s: LcbSettings) -> list[dict[str, Any]]:
-    """Every record of the release, in file order."""
-    if s.path:
-        files = sorted(Path(s.path).expanduser().glob("test*.jsonl"))
-        if not files:
-            raise DataUnavailable(f"lcb: task_settings.lcb.data.path = {s.path!r} holds no test*.jsonl file")
-        return [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [dict(r) for r in load_hub_dataset("lcb", s.dataset, split="test", revision=s.revision)]
-
-
-class DroppedRecord(Exception):
-    """A raw record that yields no problem: `reason` is counted, `detail` (if any) is logged."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(reason)
-        self.reason, self.detail = reason, detail
-
-
 @dataclass
 class Problem:
-    record: dict[str, Any]  # the raw record (prompt fields, ids)
-    tests: list[dict[str, str]]  # the kept private tests, smallest first
-    testtype: str  # functional | stdin (from the first private test)
-    fn_name: str | None  # metadata.func_name of a functional problem
-    original: int  # private tests before the size filter and the cap
+    raw: RawProblem  # the source's problem (statement, starter code, every test)
+    tests: list[dict[str, str]]  # the kept tests, smallest first
 
 
-def problem_of(record: dict[str, Any], s: LcbSettings) -> Problem:
-    """The kept tests, test type and function name of one raw record, or DroppedRecord."""
-    try:
-        tests = decode_tests(record["private_test_cases"])
-    except UndecodableTests as err:
-        raise DroppedRecord("undecodable", f"private tests do not decode to plain data ({err})") from None
-    kept = smallest_tests(tests, s.max_tests, s.max_test_chars)
+def problem_of(raw: RawProblem, s: LcbSettings) -> Problem:
+    """The kept tests of one problem, or DroppedRecord."""
+    kept = smallest_tests(raw.tests, s.max_tests, s.max_test_chars)
     if not kept:
         raise DroppedRecord("no test left")
-    testtype = tests[0].get("testtype", "stdin")
-    fn_name = None
-    if testtype == "functional":
-        try:
-            fn_name = json.loads(record.get("metadata") or "{}").get("func_name")
-        except (ValueError, AttributeError):
-            fn_name = None
-        if not fn_name:
-            raise DroppedRecord("no func_name", "functional tests without metadata.func_name")
-    return Problem(record, kept, testtype, fn_name, len(tests))
+    if raw.testtype == "functional" and not raw.fn_name:
+        raise DroppedRecord("no func_name", "functional tests without a function name")
+    return Problem(raw, kept)
 
 
-def signature(record: dict[str, Any], fn_name: str) -> str:
+def signature(starter_code: str, fn_name: str) -> str:
     """The starter's `def` line without `self`, or `def fn_name(...):` when the starter has none."""
-    match = re.search(r"^[ \t]*(def [^\n]*)", record.get("starter_code") or "", re.MULTILINE)
+    match = re.search(r"^[ \t]*(def [^\n]*)", starter_code or "", re.MULTILINE)
     line = match.group(1).strip() if match else f"def {fn_name}(...):"
     return line.replace("(self, ", "(").replace("(self)", "()")
 
 
-def build_prompt(record: dict[str, Any], testtype: str, fn_name: str | None) -> str:
-    content = str(record["question_content"]).replace("(self, ", "(").replace("(self)", "()")
-    if testtype == "functional":
-        ask = f"Your solution should be a Python function with this signature:\n{signature(record, str(fn_name))}"
+def build_prompt(raw: RawProblem) -> str:
+    content = raw.question.replace("(self, ", "(").replace("(self)", "()")
+    if raw.testtype == "functional":
+        ask = f"Your solution should be a Python function with this signature:\n{signature(raw.starter_code, str(raw.fn_name))}"
     else:
         ask = "Write a complete Python program that reads the input from stdin and writes the answer to stdout."
     return f"{content}\n\n{ask}\n{FORMAT_LINE}"
@@ -220,45 +113,41 @@ class LcbTask(Task):
         """Fraction of the problem's tests passed (the row has one entry per test)."""
         return float(sum(vector) / len(vector)) if len(vector) else 0.0
 
-    def rows(self, split: str, problems: list["Problem"], s: LcbSettings) -> list[dict[str, Any]]:
+    def rows(self, split: str, problems: list[Problem], s: LcbSettings) -> list[dict[str, Any]]:
         out = []
         for i, p in enumerate(problems):
-            truth = {"testtype": p.testtype, "fn_name": p.fn_name, "inputs": [t["input"] for t in p.tests],
+            raw = p.raw
+            truth = {"testtype": raw.testtype, "fn_name": raw.fn_name, "inputs": [t["input"] for t in p.tests],
                      "outputs": [t["output"] for t in p.tests], "timeout_s": s.test_timeout_s,
                      "memory_mb": s.memory_mb, "compare": s.compare}
             out.append({
                 "data_source": self.data_source,
-                "prompt": [{"role": "user", "content": build_prompt(p.record, p.testtype, p.fn_name)}],
+                "prompt": [{"role": "user", "content": build_prompt(raw)}],
                 "ability": "code",
                 "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {"split": split, "index": i, "task_id": p.record["question_id"],
-                               "platform": p.record.get("platform"), "difficulty": p.record.get("difficulty"),
-                               "num_test_cases": len(p.tests), "num_test_cases_original": p.original,
-                               "testtype": p.testtype},
+                "extra_info": {"split": split, "index": i, "task_id": raw.task_id, **raw.info,
+                               "num_test_cases": len(p.tests), "num_test_cases_original": len(raw.tests),
+                               "testtype": raw.testtype},
             })
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
         s = LcbSettings.from_dict(settings)
-        bounds = [as_datetime(getattr(s, n)) for n in ("train_before", "test_from", "test_before")]
+        records = deepcoder_records(s.deepcoder) if s.source == "deepcoder" else livecodebench_records(s.livecodebench)
         splits: dict[str, list[Problem]] = {"train": [], "test": []}
         dropped: dict[str, int] = {}
-        for record in load_raw(s):
-            when = as_datetime(record["contest_date"])
-            split = "train" if when < bounds[0] else "test" if bounds[1] <= when < bounds[2] else None
-            if split is None:
-                continue
+        for split, record, reader in records:
             try:
-                splits[split].append(problem_of(record, s))
+                splits[split].append(problem_of(reader(record), s))
             except DroppedRecord as err:
                 dropped[err.reason] = dropped.get(err.reason, 0) + 1
                 if err.detail:
-                    print(f"lcb: dropped {record.get('question_id')!r}: {err.detail}", file=sys.stderr)
-        splits["train"].sort(key=lambda p: as_datetime(p.record["contest_date"]))
+                    name = record.get("question_id") or record.get("_id")
+                    print(f"lcb: dropped {name!r}: {err.detail}", file=sys.stderr)
         if s.train_size is not None:
             splits["train"] = splits["train"][: s.train_size]
-        print(f"lcb: train {len(splits['train'])} problems, test {len(splits['test'])}; dropped {dropped or 'none'}",
-              file=sys.stderr)
+        print(f"lcb ({s.source}): train {len(splits['train'])} problems, test {len(splits['test'])}; "
+              f"dropped {dropped or 'none'}", file=sys.stderr)
         return tuple(write_parquet_atomic(self.rows(split, splits[split], s), os.path.join(out_dir, f"{split}.parquet"))
                      for split in ("train", "test"))
 

@@ -1,0 +1,134 @@
+"""lcb's DeepCoder source on tests/fixtures/deepcoder (the dataset's layout and its three test
+encodings; tests/fixtures/deepcoder/build.py says what each problem is): the splits, the tests in
+LiveCodeBench's encoding, grading of each encoding with hand-written programs, the hub path through
+the real `datasets` parquet reader, and the settings' errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vpo_tasks.lcb import LCB, LcbSettings
+from vpo_tasks.lcb_sources import deepcoder_tests, DroppedRecord
+
+FIXTURE = Path(__file__).parent / "fixtures" / "deepcoder"
+LOCAL = {"source": "deepcoder", "deepcoder": {"path": str(FIXTURE)}}
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    out = tmp_path_factory.mktemp("deepcoder")
+    LCB.preprocess(str(out), LOCAL)
+    return {name: pd.read_parquet(out / f"{name}.parquet") for name in ("train", "test")}
+
+
+def truth_of(frame, task_id):
+    row = frame[frame["extra_info"].map(lambda e: e["task_id"]) == task_id].iloc[0]
+    return {k: (list(v) if hasattr(v, "tolist") else v) for k, v in row["reward_model"]["ground_truth"].items()}
+
+
+def test_splits_follow_the_configs_in_order_and_drop_unreadable_tests(splits, capfd):
+    train = [(e["task_id"], e["source"], e["testtype"]) for e in splits["train"]["extra_info"]]
+    assert train == [("primeintellect-train-0", "deepcoder/primeintellect", "stdin"),
+                     ("primeintellect-train-1", "deepcoder/primeintellect", "functional"),
+                     ("taco-train-0", "deepcoder/taco", "stdin"), ("taco-train-1", "deepcoder/taco", "functional"),
+                     ("lcbv5-train-0", "deepcoder/lcbv5", "stdin"), ("lcbv5-train-1", "deepcoder/lcbv5", "functional")]
+    test = [(e["task_id"], e["testtype"]) for e in splits["test"]["extra_info"]]
+    assert test == [("lcbv5-test-0", "stdin"), ("lcbv5-test-1", "functional"), ("lcbv5-test-2", "functional")]
+    assert list(splits["train"]["extra_info"].map(lambda e: e["index"])) == list(range(6))
+
+
+def test_each_encoding_becomes_livecodebench_tests_smallest_first(splits):
+    train, test = splits["train"], splits["test"]
+    call = truth_of(train, "primeintellect-train-1")  # input ["hello big world"], output ["world big hello"]
+    assert (call["fn_name"], call["inputs"], call["outputs"]) == (
+        "reverse_words", ['"one"', '"hello big world"'], ['"one"', '"world big hello"'])
+    taco = truth_of(train, "taco-train-1")  # inputs [["banana"], ["sky"], ["queue"]], outputs [[3], [0], [4]]
+    assert (taco["fn_name"], taco["inputs"], taco["outputs"]) == (
+        "count_vowels", ['"sky"', '"queue"', '"banana"'], ["0", "4", "3"])
+    assert truth_of(train, "taco-train-0")["inputs"] == ["2\n", "0\n", "7\n"]  # same sizes: file order
+    assert truth_of(test, "lcbv5-test-1")["inputs"] == ["[]\n0", "[9, 9]\n10", "[1, 4, 6]\n4"]
+    assert truth_of(test, "lcbv5-test-2")["fn_name"] == "multiply"  # from the starter code: metadata has none
+    prompt = test["prompt"].iloc[2][0]["content"]
+    assert "def multiply(a: int, b: int) -> int:" in prompt and "self" not in prompt
+
+
+PROGRAMS = {  # (split, task id, program, expected per-test results in kept order)
+    "stdin_stdout": ("train", "primeintellect-train-0", "a, b = map(int, input().split())\nprint(a + b)", [1, 1]),
+    "function_call": ("train", "primeintellect-train-1", "def reverse_words(s):\n    return ' '.join(s.split()[::-1])", [1, 1]),
+    "function_call, wrong": ("train", "primeintellect-train-1", "def reverse_words(s):\n    return s", [1, 0]),
+    "taco stdin": ("train", "taco-train-0", "print(2 * int(input()))", [1, 1, 1]),
+    "taco call": ("train", "taco-train-1", "def count_vowels(w):\n    return sum(c in 'aeiou' for c in w)", [1, 1, 1]),
+    "lcbv5 class": ("test", "lcbv5-test-1",
+                    "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x >= k for x in nums)", [1, 1, 1]),
+    "lcbv5 off by one": ("test", "lcbv5-test-1",
+                         "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x > k for x in nums)", [1, 1, 0]),
+    "lcbv5 stdin": ("test", "lcbv5-test-0", "print(len(set(input())))", [1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROGRAMS))
+def test_programs_grade_against_each_encoding(splits, case):
+    split, task_id, code, expected = PROGRAMS[case]
+    assert LCB.score_answer(f"```python\n{code}\n```", truth_of(splits[split], task_id)) == expected
+
+
+def test_the_hub_path_reads_each_config_and_split_through_datasets(tmp_path, monkeypatch):
+    import datasets
+
+    real, calls = datasets.load_dataset, []
+
+    def hub(dataset_id, name=None, split=None, revision=None, **kwargs):
+        calls.append((dataset_id, name, split, revision))
+        files = [str(p) for p in sorted((FIXTURE / name).glob(f"{split}-*.parquet"))]
+        return real("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "cache"))
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    monkeypatch.setattr("vpo_tasks.hub.hub_reachable", lambda timeout=3.0: True)
+    LCB.preprocess(str(tmp_path / "hub"), {"deepcoder": {"revision": "abc123"}})
+    assert calls == [("agentica-org/DeepCoder-Preview-Dataset", config, split, "abc123") for config, split in
+                     [("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train"), ("lcbv5", "test")]]
+    LCB.preprocess(str(tmp_path / "local"), LOCAL)
+    for split in ("train", "test"):
+        hub_rows = pd.read_parquet(tmp_path / "hub" / f"{split}.parquet")
+        local_rows = pd.read_parquet(tmp_path / "local" / f"{split}.parquet")
+        assert hub_rows.to_json() == local_rows.to_json()
+
+
+def test_unreachable_hub_names_the_source_path_and_dotted_set_reaches_it(tmp_path):
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
+    start = time.time()
+    cmd = [sys.executable, "-m", "vpo.cli", "preprocess", "--task", "lcb", "--out"]
+    done = subprocess.run([*cmd, str(tmp_path / "x")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode != 0 and time.time() - start < 30
+    assert "task_settings.lcb.data.deepcoder.path" in done.stderr and "--set deepcoder.path=DIR" in done.stderr
+    ok = subprocess.run([*cmd, str(tmp_path / "y"), "--set", f"deepcoder.path={FIXTURE}"], capture_output=True,
+                        text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert len(pd.read_parquet(tmp_path / "y" / "test.parquet")) == 3
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"source": "codeforces"}, "source 'codeforces' is not one of deepcoder, livecodebench"),
+    ({"deepcoder": {"train": ["apps"]}}, "'apps' is not one of the dataset's configs"),
+    ({"deepcoder": {"paths": "x"}}, r"lcb.deepcoder: unknown setting\(s\) \['paths'\]"),
+    ({"livecodebench": {"test_from": "March"}}, "test_from must be a date"),
+])
+def test_bad_settings_name_the_key(settings, message):
+    with pytest.raises(ValueError, match=message):
+        LcbSettings.from_dict(settings)
+
+
+def test_unreadable_encodings_are_dropped_with_a_reason():
+    for raw, reason in [("{not json", "unreadable tests"), ('{"inputs": [1], "outputs": [2]}', "unreadable tests"),
+                        ('[{"type": "stdin_stdout", "input": "1", "output": "1"}, {"testtype": "functional", '
+                         '"input": "1", "output": "1"}]', "mixed test types"), ('[{"type": "essay"}]', "unreadable tests")]:
+        with pytest.raises(DroppedRecord) as err:
+            deepcoder_tests(raw)
+        assert err.value.reason == reason
