@@ -3,6 +3,9 @@
 
 
 rule preprocess:
+    input:
+        # the task's prompt template files (task_settings.<task>.prompts): an edit reruns preprocessing
+        templates=lambda wc: [path for path in (task_settings(CFG, wc.task).get("prompts") or {}).values() if path],
     output:
         train=f"{DATA}/train.parquet",
         test=f"{DATA}/test.parquet",

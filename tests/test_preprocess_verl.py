@@ -18,7 +18,7 @@ from vpo.reward import compute_score
 REPO = Path(__file__).resolve().parent.parent
 GT_KEYS = {"grid_text", "start", "end", "max_steps", "num_gold", "num_diamond", "num_lava", "score_mode"}
 EXTRA_KEYS = {"split", "index", "task_id", "seed", "d_safe", "gold_corner", "diam_corner", "bonus_cell",
-              "via_gold", "via_diam", "via_center", "both_corners_detour"}
+              "via_gold", "via_diam", "via_center", "both_corners_detour", "prompt_fields"}
 
 
 @pytest.fixture(scope="module")

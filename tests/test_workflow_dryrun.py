@@ -155,6 +155,8 @@ def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
     ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
     ({"method_settings": {"vpo": {"alpah": 0.5}}}, "method_settings.vpo", "'alpah' was unexpected"),
     ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole groups"),
+    ({"task_settings": {"lcb": {"data": {"source": "apps"}}}}, "task_settings.lcb.data", "source 'apps' is not one of"),
+    ({"task_settings": {"maze": {"data": {"size": 12}}}}, "task_settings.maze.data", "size 12 is outside 5..9"),
 ])
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
     # the overrides win over the preset; preset=paper makes the paper grid the base
@@ -162,6 +164,17 @@ def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
         dryrun(tmp_path, config={"preset": "paper", **config})
     assert key in str(err.value) and words in str(err.value)
     assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_bad_prompt_template_fails_the_plan_naming_the_file(tmp_path):
+    template = tmp_path / "maze_multi.txt"
+    template.write_text("Give {m} routes. {multi_format}")  # the maze itself is missing
+    with pytest.raises(Exception) as err:
+        dryrun(tmp_path, config={"task_settings": {"maze": {"prompts": {"multi": str(template)}}}})
+    assert f"prompt template {template} (maze, multi) lacks {{grid}}, {{max_steps}}" in str(err.value)
+    template.write_text("Give {m} routes through {grid} in {max_steps}. {multi_format}")
+    planned = dryrun(tmp_path, config={"task_settings": {"maze": {"prompts": {"multi": str(template)}}}})
+    assert "results/cpu/data/maze/train.parquet" in planned
 
 
 def cli_dryrun(tmp_path, *args, env=None):

@@ -177,12 +177,17 @@ def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def _task_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """Tasks that no installed plugin provides."""
+    """Tasks that no installed plugin provides; data settings and prompt templates a task refuses."""
     from vpo.task import ENTRY_POINT_GROUP, TASKS
+    from vpo.templates import template_problems
 
-    return [f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
-            f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"
-            for task in cfg["tasks"] if task not in TASKS]
+    problems = [f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
+                f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"
+                for task in cfg["tasks"] if task not in TASKS]
+    for task in (t for t in cfg["tasks"] if t in TASKS and t in cfg["task_settings"]):
+        settings = cfg["task_settings"][task]
+        problems += TASKS[task].data_problems(settings["data"]) + template_problems(TASKS[task], settings, REPO_ROOT)
+    return problems
 
 
 NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
@@ -282,17 +287,19 @@ def load_config(
 
 
 def absolute_data_paths(cfg: Mapping[str, Any], base: str | os.PathLike) -> dict[str, Any]:
-    """A copy of cfg whose relative `path` values in `task_settings.<task>.data` and its sub-mappings
-    (lcb's sources), the presets' included so that re-resolving the copy keeps them, are made
-    absolute against `base` (the project directory): jobs find them whatever directory they run in."""
+    """A copy of cfg whose relative paths (`task_settings.<task>.data.path`, the same in data's
+    sub-mappings (lcb's sources), the prompt templates), the presets' included so that re-resolving
+    the copy keeps them, are made absolute against `base` (the project directory): jobs find them
+    whatever directory they run in."""
     out = copy.deepcopy(dict(cfg))
     for block in [out, *(out.get("presets") or {}).values()]:
         for settings in (block.get("task_settings") or {}).values():
             data = settings.get("data") or {}
-            for holder in [data, *(v for v in data.values() if isinstance(v, dict))]:
-                path = holder.get("path")
+            for holder, key in [(data, "path"), *((v, "path") for v in data.values() if isinstance(v, dict)),
+                                *((settings.get("prompts") or {}, mode) for mode in ("single", "multi", "goal"))]:
+                path = holder.get(key)
                 if path and not Path(str(path)).expanduser().is_absolute():
-                    holder["path"] = str((Path(base) / str(path)).resolve())
+                    holder[key] = str((Path(base) / str(path)).resolve())
     return out
 
 
@@ -358,10 +365,8 @@ def scale_note(cfg: Mapping[str, Any]) -> str:
             batch = cfg["verl"]["batch_presets"].get(cfg["verl"]["batch_preset"])
             training = "trained by veRL on CPU" + (
                 f", {batch['train_batch_size']} x {batch['rollout_n']} rollouts per step" if batch else "")
-        maze = ""
-        if "maze" in cfg["tasks"]:
-            side = task_settings(cfg, "maze")["data"].get("size", 9)
-            maze = f", maze {side}x{side}"
+        side = task_settings(cfg, "maze")["data"].get("size", 9) if "maze" in cfg["tasks"] else None
+        maze = f", maze {side}x{side}" if side else ""
         seeds = len(cfg["seeds"])
         return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model {training}{maze}, "
                 f"{seeds} seed{'s' if seeds != 1 else ''}")

@@ -80,15 +80,15 @@ def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_see
     samples; "per_chain" budget / m fresh vectors per problem, drawn in problem-major order from
     default_rng(eval_seed) as the authors' MuSiQue evaluation draws them, each prompt sampled m times.
     """
-    from vpo.prompts import goal_weights as weights_for_row, rewrite_prompt
+    from vpo.prompts import goal_weights as weights_for_row, row_prompt
 
     if goal_weights not in GOAL_WEIGHT_MODES:
         raise ValueError(f"eval.goal_weights {goal_weights!r} is not one of {GOAL_WEIGHT_MODES}")
     if method.multi_answer:
-        prompts = [rewrite_prompt(r["prompt"], mode="multi", m=m, task=task) for r in rows]
+        prompts = [row_prompt(r, mode="multi", m=m, task=task) for r in rows]
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget // m)
     if method.prompt != "goal" or goal_weights == "none":
-        prompts = [rewrite_prompt(r["prompt"], mode="single", m=1, task=task) for r in rows]
+        prompts = [row_prompt(r, mode="single", m=1, task=task) for r in rows]
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget)
     if goal_weights == "per_problem":
         shown = [weights_for_row(eval_seed, int(r.get("extra_info", {}).get("index", p)), task.k, alpha)
@@ -98,7 +98,7 @@ def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_see
         per_problem = budget // m
         drawn = np.random.default_rng(eval_seed).dirichlet(np.full(task.k, float(alpha)), size=len(rows) * per_problem)
         shown, problems, n = list(drawn), [p for p in range(len(rows)) for _ in range(per_problem)], m
-    prompts = [rewrite_prompt(rows[p]["prompt"], mode="goal", m=1, task=task, weights=w) for p, w in zip(problems, shown)]
+    prompts = [row_prompt(rows[p], mode="goal", m=1, task=task, weights=w) for p, w in zip(problems, shown)]
     return PromptPlan(prompts, problems, [[float(x) for x in w] for w in shown], n)
 
 

@@ -6,7 +6,9 @@
 
 Settings come from, in increasing priority: the task's defaults (the paper's), the config's
 `task_settings.<task>.data` when --config is given, then the flags below
-and any `--set key=value`. The task checks every setting before generating anything.
+and any `--set key=value`. The task checks every setting before generating anything. With
+--config, the task's prompt templates (`task_settings.<task>.prompts`, `vpo.templates`) are read
+and checked first and applied to the rows written.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 # flag dest -> setting name understood by the tasks that take it (maze: all of these)
@@ -79,8 +82,20 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return deep_merge(settings, _parse_set(args.set))
 
 
+def prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """task_settings.<task>.prompts of --config ({} without one): the prompt templates."""
+    if not args.config:
+        return {}
+    from vpo.config import load_config, task_settings
+
+    return task_settings(load_config(args.config, args.preset), args.task).get("prompts") or {}
+
+
 def run(args: argparse.Namespace) -> int:
+    from vpo.atomic import write_parquet_atomic
+    from vpo.data import read_rows
     from vpo.task import resolve
+    from vpo.templates import apply_templates, read_templates
 
     try:
         task = resolve(args.task)
@@ -89,7 +104,12 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         settings = settings_from_args(args)
+        # a relative template path names a file of the project, the directory config.yaml is in
+        templates = read_templates(task, prompt_settings(args), Path(args.config).parent if args.config else None)
         train_path, test_path = task.preprocess(args.out, settings)
+        if templates:
+            for split, path in (("train", train_path), ("test", test_path)):
+                write_parquet_atomic(apply_templates(task, read_rows(args.out, split), templates), path)
     except ValueError as err:
         raise SystemExit(f"vpo preprocess --task {task.name}: {err}") from None
     print(f"wrote {train_path} and {test_path} in {time.perf_counter() - start:.1f} s "

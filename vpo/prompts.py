@@ -21,8 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.task import Task, resolve
+from vpo.templates import PROMPT_MODES, last_user_turn, templated_content
 
-PROMPT_MODES = ("single", "multi", "goal")
 GOAL_HEADER = "Your objective weights (higher = more important to optimize):"
 GOAL_FOOTER = "Maximize your weighted score."
 
@@ -39,13 +39,6 @@ def goal_weights(seed: int, row_index: int, k: int, alpha: float = 1.0) -> np.nd
 
 def _task(task: Task | str) -> Task:
     return task if isinstance(task, Task) else resolve(task)
-
-
-def _last_user(messages: list[dict[str, str]]) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
-            return i
-    raise ValueError("prompt has no user message to rewrite")
 
 
 def goal_suffix(task: Task, weights: Sequence[float]) -> str:
@@ -65,7 +58,7 @@ def rewrite_prompt(messages: Sequence[dict[str, Any]], *, mode: str, m: int, tas
     out = [{"role": str(msg["role"]), "content": str(msg["content"])} for msg in messages]
     if mode == "single":
         return out
-    i = _last_user(out)
+    i = last_user_turn(out)
     content = out[i]["content"]
     if mode == "multi":
         if int(m) < 1:
@@ -82,6 +75,21 @@ def rewrite_prompt(messages: Sequence[dict[str, Any]], *, mode: str, m: int, tas
             raise ValueError(f"goal-conditioned prompt for task {task.name!r} needs {task.k} weights, got {weights!r}")
         content = content + goal_suffix(task, weights)
     out[i]["content"] = content
+    return out
+
+
+def row_prompt(row: dict[str, Any], *, mode: str, m: int, task: Task | str,
+               weights: Sequence[float] | None = None) -> list[dict[str, str]]:
+    """The row's prompt in `mode`: the template the row carries for it (`vpo.templates`, set by
+    task_settings.<task>.prompts), else `rewrite_prompt`'s rewrite of the prompt as written."""
+    task = _task(task)
+    if mode == "goal" and (weights is None or len(weights) != task.k):
+        raise ValueError(f"goal-conditioned prompt for task {task.name!r} needs {task.k} weights, got {weights!r}")
+    content = None if mode == "single" else templated_content(task, row.get("extra_info") or {}, mode, int(m), weights)
+    if content is None:
+        return rewrite_prompt(row["prompt"], mode=mode, m=m, task=task, weights=weights)
+    out = [{"role": str(msg["role"]), "content": str(msg["content"])} for msg in row["prompt"]]
+    out[last_user_turn(out)]["content"] = content
     return out
 
 
@@ -119,7 +127,7 @@ def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *, a
             raise ValueError("prepare_row: weighted methods need extra_info['index'] to draw the row's weights")
         weights = goal_weights(seed, int(extra["index"]), task.k, alpha)
         out["reward_model"]["ground_truth"]["weights"] = [float(w) for w in weights]
-    out["prompt"] = rewrite_prompt(out["prompt"], mode=method.prompt, m=m, task=task,
-                                   weights=weights if method.prompt == "goal" else None)
+    out["prompt"] = row_prompt(out, mode=method.prompt, m=m, task=task,
+                               weights=weights if method.prompt == "goal" else None)
     extra["num_solutions"] = m
     return out

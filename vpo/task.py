@@ -43,6 +43,11 @@ class Task:
                          `pad` lengthens them with zeros where a fixed k is needed (GDPO, weights).
         program_language: what an answer is written in, as the evolutionary search names it to its
                          LLM and in its fences (lcb: python; maze: text, a route).
+        template_fields: the named pieces of a problem its rows carry (`extra_info.prompt_fields`,
+                         JSON) for a user's prompt templates (`vpo.templates`).
+        required_template_fields: those every template must use (without them the problem is unseen).
+        settings_class:  the dataclass `preprocess` reads task_settings.<task>.data into; its
+                         `from_dict` is run when the config is read, so bad data settings stop the plan.
     """
 
     name: str = ""
@@ -53,6 +58,9 @@ class Task:
     single_format_line: str = ""
     variable_k: bool = False
     program_language: str = "text"
+    template_fields: tuple[str, ...] = ()
+    required_template_fields: tuple[str, ...] = ()
+    settings_class: type | None = None
 
     # ---- properties every task gets ---------------------------------------------------------
     @property
@@ -75,6 +83,16 @@ class Task:
     def is_correct(self, vector: Sequence[float]) -> bool:
         """Whether one answer counts as solved (pass@k, `acc`). Default: every dimension is 1."""
         return bool(len(vector) and min(vector) >= 1.0)
+
+    def data_problems(self, data: dict[str, Any] | None) -> list[str]:
+        """What `preprocess` would refuse in these data settings, one message each (none: [])."""
+        if self.settings_class is None:
+            return []
+        try:
+            self.settings_class.from_dict(dict(data or {}))
+        except (ValueError, TypeError) as err:
+            return [f"task_settings.{self.name}.data: {err}"]
+        return []
 
     # ---- what a task implements ------------------------------------------------------------
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:

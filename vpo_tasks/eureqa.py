@@ -14,6 +14,7 @@ questions_hard_5 and tests on the other half (`mode: mixed_split`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import string
@@ -111,12 +112,20 @@ FORMAT_BLOCK = ("Write each resolved canonical name, and nothing else, in its ta
                 + "\nThe answer to the question is what you put in <entity_A>.")
 
 
-def build_prompt(record: dict[str, Any]) -> str:
+def prompt_fields(record: dict[str, Any]) -> dict[str, str]:
+    """The chain's pieces a prompt template can place (`vpo.templates`): the narrative's sentences, one
+    per line, and the five masks as `- A: mask` lines."""
     masks = list(record["entity_masks"])[:5]
+    return {"narrative": "\n".join(record["question"]),
+            "masks": "\n".join(f"- {x}: {mask}" for x, mask in zip(LETTERS, masks))}
+
+
+def build_prompt(record: dict[str, Any]) -> str:
+    fields = prompt_fields(record)
     return ("Below is a short narrative about masked entities (Person A, Country B, ...) linked by relations. "
             "The last sentence names the final entity; reason backwards from it to resolve every mask.\n\n"
-            "Narrative:\n" + "\n".join(record["question"]) + "\n\nMasked entities, in order of introduction:\n"
-            + "\n".join(f"- {x}: {mask}" for x, mask in zip(LETTERS, masks))
+            "Narrative:\n" + fields["narrative"] + "\n\nMasked entities, in order of introduction:\n"
+            + fields["masks"]
             + "\n\nUse canonical underscored Wikipedia names (e.g. `Robert_Rodriguez`, "
               "`From_Dusk_till_Dawn:_The_Series`).\n" + FORMAT_BLOCK)
 
@@ -129,6 +138,9 @@ class EureqaTask(ResponseSlotTask):
     scalar_weights = (0.2, 0.2, 0.2, 0.2, 0.2)
     default_m = 3
     single_format_line = FORMAT_BLOCK
+    template_fields = ("narrative", "masks")
+    required_template_fields = ("narrative", "masks")
+    settings_class = EureqaSettings
 
     def rows(self, split: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
@@ -144,7 +156,8 @@ class EureqaTask(ResponseSlotTask):
                 "reward_model": {"style": "rule", "ground_truth": {
                     "answer": entities[0], "chain_entities": entities[:5], "entity_masks": masks[:5], "num_hops": 5}},
                 "extra_info": {"split": split, "index": i, "task_id": f"eureqa-{record['idx']}",
-                               "eureqa_idx": int(record["idx"]), "num_hops": 5},
+                               "eureqa_idx": int(record["idx"]), "num_hops": 5,
+                               "prompt_fields": json.dumps(prompt_fields(record))},
             })
         return out
 

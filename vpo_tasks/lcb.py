@@ -14,6 +14,7 @@ stderr, never run; tests over 8 KiB are dropped; the `max_tests` smallest are ke
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -90,13 +91,20 @@ def signature(starter_code: str, fn_name: str) -> str:
     return line.replace("(self, ", "(").replace("(self)", "()")
 
 
-def build_prompt(raw: RawProblem) -> str:
-    content = raw.question.replace("(self, ", "(").replace("(self)", "()")
+def prompt_fields(raw: RawProblem) -> dict[str, str]:
+    """The problem's pieces a prompt template can place (`vpo.templates`): the statement (`self`
+    dropped from signatures) and the entry sentence (the function's signature, or stdin/stdout)."""
+    question = raw.question.replace("(self, ", "(").replace("(self)", "()")
     if raw.testtype == "functional":
-        ask = f"Your solution should be a Python function with this signature:\n{signature(raw.starter_code, str(raw.fn_name))}"
+        entry = f"Your solution should be a Python function with this signature:\n{signature(raw.starter_code, str(raw.fn_name))}"
     else:
-        ask = "Write a complete Python program that reads the input from stdin and writes the answer to stdout."
-    return f"{content}\n\n{ask}\n{FORMAT_LINE}"
+        entry = "Write a complete Python program that reads the input from stdin and writes the answer to stdout."
+    return {"question": question, "entry": entry}
+
+
+def build_prompt(raw: RawProblem) -> str:
+    fields = prompt_fields(raw)
+    return f"{fields['question']}\n\n{fields['entry']}\n{FORMAT_LINE}"
 
 
 class LcbTask(Task):
@@ -108,6 +116,9 @@ class LcbTask(Task):
     program_language = "python"
     default_m = 3
     single_format_line = FORMAT_LINE
+    template_fields = ("question", "entry")
+    required_template_fields = ("question", "entry")
+    settings_class = LcbSettings
 
     def scalar(self, vector: Sequence[float]) -> float:
         """Fraction of the problem's tests passed (the row has one entry per test)."""
@@ -127,7 +138,7 @@ class LcbTask(Task):
                 "reward_model": {"style": "rule", "ground_truth": truth},
                 "extra_info": {"split": split, "index": i, "task_id": raw.task_id, **raw.info,
                                "num_test_cases": len(p.tests), "num_test_cases_original": len(raw.tests),
-                               "testtype": raw.testtype},
+                               "testtype": raw.testtype, "prompt_fields": json.dumps(prompt_fields(raw))},
             })
         return out
 

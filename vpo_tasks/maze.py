@@ -11,6 +11,7 @@ bottom are used only by the CPU trainer's base model.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -164,6 +165,12 @@ def distinct_routes(text: str, m: int) -> list[tuple[str, ...]]:
 FORMAT_LINE = "Write your moves inside <answer></answer> tags, for example <answer>UP UP RIGHT</answer>."
 
 
+def prompt_fields(maze: dict[str, Any]) -> dict[str, str]:
+    """The maze's pieces a prompt template can place (`vpo.templates`)."""
+    return {"grid": maze["grid_text"], "size": str(len(parse_grid(maze["grid_text"]))),
+            **{key: str(maze[key]) for key in ("max_steps", "num_gold", "num_diamond", "num_lava")}}
+
+
 def build_prompt(maze: dict[str, Any]) -> str:
     size = len(parse_grid(maze["grid_text"]))
     return (
@@ -197,6 +204,9 @@ class MazeTask(Task):
     scalar_weights = (0.25, 0.25, 0.25, 0.25)
     default_m = 3
     single_format_line = FORMAT_LINE
+    template_fields = ("grid", "size", "max_steps", "num_gold", "num_diamond", "num_lava")
+    required_template_fields = ("grid", "max_steps")
+    settings_class = MazeSettings
 
     def is_correct(self, vector: Sequence[float]) -> bool:
         """Solved = the exit was reached in budget (gold and diamond cannot both be full by design)."""
@@ -214,7 +224,7 @@ class MazeTask(Task):
             "reward_model": {"style": "rule",
                              "ground_truth": {**{k: maze[k] for k in gt_keys}, "score_mode": score_mode}},
             "extra_info": {"split": split, "index": i, "task_id": f"maze-{maze['seed']}",
-                           **{k: maze[k] for k in extra_keys}},
+                           **{k: maze[k] for k in extra_keys}, "prompt_fields": json.dumps(prompt_fields(maze))},
         } for i, maze in enumerate(mazes)]
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:

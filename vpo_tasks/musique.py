@@ -139,10 +139,18 @@ FORMAT_LINE = ("First reason about which paragraphs matter, then give the suppor
                "<support>i, j, k</support> and the final answer as <answer>your answer</answer>.")
 
 
-def build_prompt(record: dict[str, Any]) -> str:
+def prompt_fields(record: dict[str, Any]) -> dict[str, str]:
+    """The question's pieces a prompt template can place (`vpo.templates`): the numbered paragraphs, one
+    per line as `[i] (Title: t) text`, and the question."""
     paragraphs = "\n".join(f"[{p['idx']}] (Title: {p['title']}) {p['paragraph_text']}" for p in record["paragraphs"])
+    return {"paragraphs": paragraphs, "question": str(record["question"])}
+
+
+def build_prompt(record: dict[str, Any]) -> str:
+    fields = prompt_fields(record)
     return ("Read the paragraphs below and answer the multi-hop question. Identify which paragraphs "
-            f"support your answer.\n\nParagraphs:\n{paragraphs}\n\nQuestion: {record['question']}\n\n{FORMAT_LINE}")
+            f"support your answer.\n\nParagraphs:\n{fields['paragraphs']}\n\nQuestion: {fields['question']}\n\n"
+            f"{FORMAT_LINE}")
 
 
 class MusiqueTask(ResponseSlotTask):
@@ -158,6 +166,9 @@ class MusiqueTask(ResponseSlotTask):
     scalar_weights = (1 / 7, 1 / 7, 1 / 7, 1 / 7, 3 / 7)  # (hop_1 + ... + hop_4 + 3 answer_f1) / 7
     default_m = 3
     single_format_line = FORMAT_LINE
+    template_fields = ("paragraphs", "question")
+    required_template_fields = ("paragraphs", "question")
+    settings_class = MusiqueSettings
 
     def is_correct(self, vector: Sequence[float]) -> bool:
         """Solved: every hop found and answer F1 = 1."""
@@ -176,7 +187,8 @@ class MusiqueTask(ResponseSlotTask):
                 "ability": "reasoning",
                 "reward_model": {"style": "rule", "ground_truth": truth},
                 "extra_info": {"split": split, "index": i, "task_id": f"musique-{record['id']}",
-                               "musique_id": record["id"], "num_hops": len(steps)},
+                               "musique_id": record["id"], "num_hops": len(steps),
+                               "prompt_fields": json.dumps(prompt_fields(record))},
             })
         return out
 

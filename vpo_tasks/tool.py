@@ -241,21 +241,28 @@ class ToolTask(ResponseSlotTask):
     )
     scalar_weights = (0.25, 0.25, 0.25, 0.25)
     default_m = 3
+    template_fields = ("request",)
+    required_template_fields = ("request",)
+    settings_class = ToolSettings
 
     def rows(self, split: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for i, record in enumerate(records):
+            turns = [{"role": str(m["role"]), "content": str(m["content"])} for m in record["prompt"]]
+            # a template replaces the last user turn; the system prompt (with the output format) stays
+            fields = {"request": next((t["content"] for t in reversed(turns) if t["role"] == "user"), "")}
             raw = str(record["reward_model"]["ground_truth"])
             parsed = parse_response(raw)
             truth = {"tool_calls_json": json.dumps(parsed["calls"]), "response_text": parsed["response"],
                      "think_text": parsed["think"], "raw_gt": raw, "num_tool_calls": len(parsed["calls"])}
             out.append({
                 "data_source": self.data_source,
-                "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in record["prompt"]],
+                "prompt": turns,
                 "ability": "tool_use",
                 "reward_model": {"style": "rule", "ground_truth": truth},
                 "extra_info": {"split": split, "index": i, "task_id": f"tool-{split}-{i}",
-                               "source_idx": int((record.get("extra_info") or {}).get("index", i))},
+                               "source_idx": int((record.get("extra_info") or {}).get("index", i)),
+                               "prompt_fields": json.dumps(fields)},
             })
         return out
 

@@ -43,12 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
     """The row's prompt in one of the three forms (goal weights drawn as goal_cond draws them)."""
-    from vpo.prompts import goal_weights, rewrite_prompt
+    from vpo.prompts import goal_weights, row_prompt
 
     weights = None
     if mode == "goal":
         weights = goal_weights(seed, int(row.get("extra_info", {}).get("index", 0)), task.k)
-    return rewrite_prompt(row["prompt"], mode=mode, m=m, task=task, weights=weights)
+    return row_prompt(row, mode=mode, m=m, task=task, weights=weights)
 
 
 def demo_example(task, row: dict, rng: np.random.Generator, mode: str, m: int, seed: int):
