@@ -38,10 +38,11 @@ def test_splits_follow_the_configs_in_order_and_drop_unreadable_tests(splits, ca
     assert train == [("primeintellect-train-0", "deepcoder/primeintellect", "stdin"),
                      ("primeintellect-train-1", "deepcoder/primeintellect", "functional"),
                      ("taco-train-0", "deepcoder/taco", "stdin"), ("taco-train-1", "deepcoder/taco", "functional"),
-                     ("lcbv5-train-0", "deepcoder/lcbv5", "stdin"), ("lcbv5-train-1", "deepcoder/lcbv5", "functional")]
+                     ("lcbv5-train-0", "deepcoder/lcbv5", "stdin"), ("lcbv5-train-1", "deepcoder/lcbv5", "functional"),
+                     ("lcbv5-train-2", "deepcoder/lcbv5", "stdin"), ("lcbv5-train-3", "deepcoder/lcbv5", "functional")]
     test = [(e["task_id"], e["testtype"]) for e in splits["test"]["extra_info"]]
     assert test == [("lcbv5-test-0", "stdin"), ("lcbv5-test-1", "functional"), ("lcbv5-test-2", "functional")]
-    assert list(splits["train"]["extra_info"].map(lambda e: e["index"])) == list(range(6))
+    assert list(splits["train"]["extra_info"].map(lambda e: e["index"])) == list(range(8))
 
 
 def test_each_encoding_becomes_livecodebench_tests_smallest_first(splits):
@@ -70,6 +71,7 @@ PROGRAMS = {  # (split, task id, program, expected per-test results in kept orde
     "lcbv5 off by one": ("test", "lcbv5-test-1",
                          "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x > k for x in nums)", [1, 1, 0]),
     "lcbv5 stdin": ("test", "lcbv5-test-0", "print(len(set(input())))", [1, 1, 1]),
+    "lcbv5 boolean": ("train", "lcbv5-train-3", "def isPalindrome(s):\n    return s == s[::-1]", [1, 1]),
 }
 
 
