@@ -12,6 +12,7 @@ from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_
 from vpo.config import preset_conflicts, scale_note, trains_tiny_base, user_overrides, write_config
 from vpo.methods import PROMPT_KINDS, get_method
 from vpo.record import deviations as paper_deviations
+from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures directory (common.smk)
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
@@ -188,6 +189,21 @@ def figure_outputs():
     return figures + [f"{FIGURES}/mechanism_bandit.pdf", f"{FIGURES}/mechanism_advantage.pdf"]  # seconds, no model
 
 
+
+
+def figure_files(stem, subcategory, caption=None):
+    """The figure's PDF and its PNG in the HTML report (caption: workflow/report/<caption or stem>.rst)."""
+    png = report(f"{FIGURES}/{stem}.png", category="Figures", subcategory=subcategory,
+                 caption=f"../workflow/report/{caption or stem}.rst")
+    return {"pdf": f"{FIGURES}/{stem}.pdf", "png": png}
+
+
+def plot_command(stem):
+    """`vpo plot <stem>` with the rule's input of each table and its param of each option."""
+    figure = FIGURE_TABLE[stem]
+    flags = [f"--{name.replace('_', '-')} {{input.{name}}}" for name in figure.tables]
+    flags += [f"--{name} {{params.{name}:q}}" for name in figure.options]
+    return f"python -m vpo.cli plot {stem} {' '.join(flags)} --out {{output.pdf}} {{output.png}} > {{log}} 2>&1"
 
 
 def eval_pools(wildcards):

@@ -69,53 +69,6 @@ rule aggregate_evolve:
         "python -m vpo.cli aggregate evolve --out {output} {input} > {log} 2>&1"
 
 
-rule figure_evolve:
-    input:
-        rules.aggregate_evolve.output,
-    output:
-        pdf=f"{FIGURES}/evolve_{{task}}.pdf",
-        png=report(f"{FIGURES}/evolve_{{task}}.png", category="Figures", subcategory="evolutionary search",
-               caption="../workflow/report/evolve.rst"),
-    params:
-        scale=SCALE,
-        methods=",".join(METHODS),
-    log:
-        f"{LOGS}/report/figure_evolve_{{task}}.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot evolve --curves {input} --task {wildcards.task} --methods {params.methods:q}"
-        " --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
-rule figure_lcb_case_study:
-    input:
-        summary=rules.aggregate.output.summary,
-        per_seed=rules.aggregate.output.per_seed,
-        evolve=f"{AGG}/evolve_lcb.csv",
-    output:
-        pdf=f"{FIGURES}/lcb_case_study.pdf",
-        png=report(f"{FIGURES}/lcb_case_study.png", category="Figures", subcategory="evolutionary search", caption="../workflow/report/lcb_case_study.rst"),
-    params:
-        scale=SCALE,
-        methods=",".join(case_study_methods()),
-    log:
-        f"{LOGS}/report/figure_lcb_case_study.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot case-study --summary {input.summary} --per-seed {input.per_seed} --curves {input.evolve}"
-        " --methods {params.methods:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
 rule evolve_table:
     input:
         expand(f"{AGG}/evolve_{{task}}.csv", task=TASKS),

@@ -1,5 +1,5 @@
 # Everything after evaluation is cheap and separate from training, so restyling a figure or a
-# table never retrains: aggregate (all cells) -> one rule per table and per figure.
+# table never retrains: aggregate (all cells) -> one rule per table; the figures are in figures.smk.
 
 AGG = f"{RESULTS}/aggregate"
 
@@ -97,109 +97,6 @@ rule curve_table:
         " --methods {params.methods:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
 
 
-rule figure_pass_at_k:
-    input:
-        summary=rules.aggregate.output.summary,
-        per_seed=rules.aggregate.output.per_seed,
-    output:
-        pdf=f"{FIGURES}/pass_at_k.pdf",
-        png=report(f"{FIGURES}/pass_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/pass_at_k.rst"),
-    params:
-        scale=SCALE,
-        methods=",".join(main_methods()),
-        tasks=",".join(TASKS),
-    log:
-        f"{LOGS}/report/figure_pass_at_k.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot curve --metric pass_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
-rule figure_best_at_k:
-    input:
-        summary=rules.aggregate.output.summary,
-        per_seed=rules.aggregate.output.per_seed,
-    output:
-        pdf=f"{FIGURES}/best_at_k.pdf",
-        png=report(f"{FIGURES}/best_at_k.png", category="Figures", subcategory="main results", caption="../workflow/report/best_at_k.rst"),
-    params:
-        scale=SCALE,
-        methods=",".join(main_methods()),
-        tasks=",".join(TASKS),
-    log:
-        f"{LOGS}/report/figure_best_at_k.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot curve --metric best_at_k --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
-rule figure_appendix_curve:
-    input:
-        summary=rules.aggregate.output.summary,
-        per_seed=rules.aggregate.output.per_seed,
-    output:
-        pdf=f"{FIGURES}/appendix_{{metric}}.pdf",
-        png=report(f"{FIGURES}/appendix_{{metric}}.png", category="Figures", subcategory="appendix: every method",
-                   caption="../workflow/report/appendix_curve.rst"),
-    wildcard_constraints:
-        metric="best_at_k|pass_at_k",
-    params:
-        scale=SCALE,
-        methods=",".join(METHODS),
-        tasks=",".join(TASKS),
-    log:
-        f"{LOGS}/report/figure_appendix_{{metric}}.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot curve --metric {wildcards.metric} --summary {input.summary} --per-seed {input.per_seed}"
-        " --methods {params.methods:q} --tasks {params.tasks:q} --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
-rule figure_diversity_over_training:
-    input:
-        rules.aggregate_training.output,
-    output:
-        pdf=f"{FIGURES}/diversity_over_training.pdf",
-        png=report(
-            f"{FIGURES}/diversity_over_training.png",
-            category="Figures",
-            subcategory="main results",
-            caption="../workflow/report/diversity_over_training.rst",
-        ),
-    params:
-        scale=SCALE,
-        methods=",".join(diversity_methods()),
-        tasks=",".join(TASKS),
-    log:
-        f"{LOGS}/report/figure_diversity_over_training.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot diversity --training {input} --methods {params.methods:q} --tasks {params.tasks:q}"
-        " --scale {params.scale:q} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
 rule mechanism_bandit:
     output:
         f"{RESULTS}/mechanism/bandit.csv",
@@ -215,24 +112,6 @@ rule mechanism_bandit:
         "python -m vpo.cli mechanism bandit --out {output} > {log} 2>&1"
 
 
-rule figure_mechanism_bandit:
-    input:
-        rules.mechanism_bandit.output,
-    output:
-        pdf=f"{FIGURES}/mechanism_bandit.pdf",
-        png=report(f"{FIGURES}/mechanism_bandit.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_bandit.rst"),
-    log:
-        f"{LOGS}/report/figure_mechanism_bandit.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot mechanism --bandit {input} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
 rule mechanism_advantage:
     output:
         f"{RESULTS}/mechanism/advantage.csv",
@@ -246,41 +125,3 @@ rule mechanism_advantage:
         "../envs/cpu.yaml"
     shell:
         "python -m vpo.cli mechanism advantage --out {output} > {log} 2>&1"
-
-
-rule figure_mechanism_advantage:
-    input:
-        rules.mechanism_advantage.output,
-    output:
-        pdf=f"{FIGURES}/mechanism_advantage.pdf",
-        png=report(f"{FIGURES}/mechanism_advantage.png", category="Figures", subcategory="mechanism", caption="../workflow/report/mechanism_advantage.rst"),
-    log:
-        f"{LOGS}/report/figure_mechanism_advantage.log",
-    threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "python -m vpo.cli plot advantage --sweeps {input} --out {output.pdf} {output.png} > {log} 2>&1"
-
-
-# figures/<name>: the latest run's figure, whichever preset made it (its title names the preset);
-# rerun when the preset changes, so it always follows the run that was asked for last.
-rule publish_figure:
-    input:
-        f"{FIGURES}/{{name}}",
-    output:
-        "figures/{name}",
-    wildcard_constraints:
-        name=r"[^/]+\.(pdf|png)",
-    params:
-        preset=PRESET,
-    log:
-        f"{LOGS}/publish/{{name}}.log",
-    localrule: True
-    conda:
-        "../envs/plot.yaml"
-    shell:
-        "cp {input} {output} > {log} 2>&1"

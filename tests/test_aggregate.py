@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vpo.aggregate import (aggregate_evals, aggregate_training, read_metrics_jsonl,
+from vpo.report.aggregate import (aggregate_evals, aggregate_training, read_metrics_jsonl,
                            training_curve_stats, write_csv)
 
 

@@ -78,7 +78,7 @@ def one_line_error(argv, cwd):
     ("summary.csv", "", ["table", "main", "--best-at", "6", "--methods", "grpo", "--tasks", "maze", "--out", "t.md",
                          "--summary"], "is empty"),
     ("summary.csv", "task,method,metric,k,mean,stderr,n_seeds\n",
-     ["plot", "curve", "--metric", "pass_at_k", "--methods", "grpo", "--tasks", "maze", "--out", "x.pdf", "--summary"],
+     ["plot", "pass_at_k", "--methods", "grpo", "--tasks", "maze", "--out", "x.pdf", "--summary"],
      "has a header but no rows"),
 ])
 def test_damaged_inputs_name_the_file_and_the_rebuild_command(tmp_path, name, content, argv, words):

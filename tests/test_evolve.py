@@ -304,7 +304,7 @@ GRID = {  # two problems, iterations 0..4
 
 
 def test_search_curves_average_problems_then_seeds(tmp_path):
-    from vpo.aggregate import aggregate_evolve
+    from vpo.report.aggregate import aggregate_evolve
 
     curves = aggregate_evolve(search_cells(tmp_path, "lcb", GRID))
     vpo = curves[(curves.method == "vpo")].set_index(["metric", "iteration"])
@@ -318,8 +318,8 @@ def test_search_curves_average_problems_then_seeds(tmp_path):
 
 
 def test_evolve_table_reads_solved_at_the_asked_iterations(tmp_path):
-    from vpo.aggregate import aggregate_evolve
-    from vpo.tables import evolve_table, render_evolve
+    from vpo.report.aggregate import aggregate_evolve
+    from vpo.report.tables import evolve_table, render_evolve
 
     table = evolve_table(aggregate_evolve(search_cells(tmp_path, "lcb", GRID)), ["grpo", "vpo"], [2, 4, 9])
     vpo = table[table.method == "vpo"]
@@ -329,11 +329,11 @@ def test_evolve_table_reads_solved_at_the_asked_iterations(tmp_path):
 
 
 def test_evolve_and_case_study_figures_have_the_papers_panels(tmp_path):
-    from vpo.aggregate import aggregate_evals, aggregate_evolve
-    from vpo.evolve_figures import plot_case_study, plot_evolve
+    from vpo.report.aggregate import aggregate_evals, aggregate_evolve
+    from vpo.report.figures import evolve, lcb_case_study
 
     curves = aggregate_evolve(search_cells(tmp_path, "lcb", GRID))
-    fig = plot_evolve(curves, "lcb", ["grpo", "vpo"], tmp_path / "evolve_lcb.pdf")
+    fig = evolve(curves=curves, task="lcb", methods=["grpo", "vpo"], out=tmp_path / "evolve_lcb.pdf")
     assert (tmp_path / "evolve_lcb.pdf").read_bytes()[:4] == b"%PDF"
     solved, best = [ax for ax in fig.axes if ax.get_visible()]
     assert solved.get_ylabel() == "problems solved (of 2)" and best.get_ylabel() == "mean best score so far"
@@ -351,7 +351,8 @@ def test_evolve_and_case_study_figures_have_the_papers_panels(tmp_path):
                                         "parse_failure_rate": 0.0}))
             evals.append(path)
     per_seed, summary = aggregate_evals(evals)
-    fig = plot_case_study(summary, per_seed, curves, ["grpo", "vpo"], tmp_path / "case.pdf")
+    fig = lcb_case_study(summary=summary, per_seed=per_seed, curves=curves, methods=["grpo", "vpo"],
+                         out=tmp_path / "case.pdf")
     titles = [ax.get_title() for ax in fig.axes]
     assert [t[:3] for t in titles] == ["(a)", "(b)", "(c)", "(d)"]
     assert "pass@k" in titles[0] and "best@k" in titles[1] and "solved" in titles[2] and "best@t" in titles[3]

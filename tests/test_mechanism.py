@@ -44,9 +44,9 @@ def test_policy_measures_by_hand():
 def test_figure_draws(table, tmp_path):
     import matplotlib.pyplot as plt
 
-    from vpo.plots import plot_mechanism
+    from vpo.report.figures import mechanism_bandit
 
-    plt.close(plot_mechanism(table, tmp_path / "mechanism_bandit.png"))
+    plt.close(mechanism_bandit(bandit=table, out=tmp_path / "mechanism_bandit.png"))
     assert (tmp_path / "mechanism_bandit.png").stat().st_size > 10_000
 
 

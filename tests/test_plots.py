@@ -7,9 +7,9 @@ import re
 import pytest
 from matplotlib.collections import PolyCollection
 
-from vpo.aggregate import aggregate_evals, aggregate_training
-from vpo.plots import plot_curves, plot_diversity
-from vpo.tables import curve_table, format_cell, main_table, render_curve, render_main
+from vpo.report.aggregate import aggregate_evals, aggregate_training
+from vpo.report.figures import curves_by_k, diversity_over_training
+from vpo.report.tables import curve_table, format_cell, main_table, render_curve, render_main
 
 METHODS = ["grpo", "multi_rlvr", "vpo"]
 TASKS = ["maze", "tool"]
@@ -38,7 +38,7 @@ def summary_for(tmp_path, seeds):
 
 def test_curve_figure_has_a_panel_per_task_and_a_band_per_method(tmp_path):
     out = tmp_path / "figures" / "best_at_k.pdf"
-    fig = plot_curves(summary_for(tmp_path, [0, 1, 2]), "best_at_k", METHODS, TASKS, out)
+    fig = curves_by_k(summary_for(tmp_path, [0, 1, 2]), "best_at_k", METHODS, TASKS, out)
     assert out.read_bytes()[:4] == b"%PDF"
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in axes] == ["Maze", "ToolRL"]
@@ -54,14 +54,14 @@ def test_curve_figure_has_a_panel_per_task_and_a_band_per_method(tmp_path):
 
 
 def test_one_seed_draws_no_band(tmp_path):
-    fig = plot_curves(summary_for(tmp_path, [0]), "pass_at_k", METHODS, TASKS, tmp_path / "p.pdf")
+    fig = curves_by_k(summary_for(tmp_path, [0]), "pass_at_k", METHODS, TASKS, tmp_path / "p.pdf")
     assert not any(isinstance(c, PolyCollection) for ax in fig.axes for c in ax.collections)
     assert "no error band" in fig._suptitle.get_text()
 
 
 def test_missing_method_is_an_error_not_a_gap(tmp_path):
     with pytest.raises(ValueError, match="method=gdpo"):
-        plot_curves(summary_for(tmp_path, [0]), "best_at_k", METHODS + ["gdpo"], TASKS, tmp_path / "x.pdf")
+        curves_by_k(summary_for(tmp_path, [0]), "best_at_k", METHODS + ["gdpo"], TASKS, tmp_path / "x.pdf")
     assert not (tmp_path / "x.pdf").exists()
 
 
@@ -81,7 +81,7 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
             (cell / "metrics.jsonl").write_text("".join(lines))
             markers.append(cell / "train.json")
     out = tmp_path / "diversity_over_training.pdf"
-    fig = plot_diversity(aggregate_training(markers), METHODS, ["maze"], out)
+    fig = diversity_over_training(training=aggregate_training(markers), methods=METHODS, tasks=["maze"], out=out)
     assert out.exists()
     ax = fig.axes[0]
     assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "pool diversity (pairwise L1)"
@@ -98,7 +98,8 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
     assert list(vpo_seed0.get_ydata()) == pytest.approx([0.3 * s for s in smoothed])
     assert list(vpo_seed1.get_ydata()) == pytest.approx([0.3 * s + 0.01 for s in smoothed])
     assert "thin: each seed" in fig._suptitle.get_text() and "moving average over 5 steps" in " ".join(fig._suptitle.get_text().split())
-    fig = plot_diversity(aggregate_training(markers), METHODS, ["maze"], out, scale="cpu preset: tiny model")
+    fig = diversity_over_training(training=aggregate_training(markers), methods=METHODS, tasks=["maze"], out=out,
+                                  scale="cpu preset: tiny model")
     assert "cpu preset: tiny model" in fig._suptitle.get_text()
 
 
@@ -122,7 +123,7 @@ def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):
 
 
 def test_lead_marks_bold_only_a_clear_leader():
-    from vpo.tables import lead_marks
+    from vpo.report.tables import lead_marks
 
     assert lead_marks([0.5, 0.3, 0.2], [0.05, 0.05, 0.05]) == ([True, False, False], [False] * 3)
     assert lead_marks([0.5, 0.42, 0.2], [0.05, 0.05, 0.05]) == ([False] * 3, [True, True, False])
@@ -183,7 +184,7 @@ def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
     import matplotlib.text
 
     from vpo.methods import METHODS as ALL
-    from vpo.plots import FONT_PT, MIN_FONT_PT, TEXT_WIDTH_IN, method_style
+    from vpo.report.kit import FONT_PT, MIN_FONT_PT, TEXT_WIDTH_IN, method_style
 
     methods, tasks = list(ALL), ["maze", "musique", "eureqa", "tool", "lcb"]
     paths = []
@@ -193,7 +194,7 @@ def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
                 best = [round(0.05 * m + 0.02 * seed + 0.01 * t + 0.03 * math.log(k), 4) for k in range(1, 31)]
                 paths.append(eval_json(tmp_path / f"{task}_{method}_{seed}.json", task, method, seed, best))
     summary = aggregate_evals(paths)[1]
-    fig = plot_curves(summary, "best_at_k", methods, tasks, tmp_path / "appendix_best_at_k.png")
+    fig = curves_by_k(summary, "best_at_k", methods, tasks, tmp_path / "appendix_best_at_k.png")
     width = fig.get_size_inches()[0]
     smallest = min(t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip())
     assert smallest * min(1.0, TEXT_WIDTH_IN / width) >= MIN_FONT_PT  # scaled to the text width
@@ -203,3 +204,29 @@ def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
     assert len({(s["ls"], s["marker"]) for s in styles}) == 9  # and told apart without colour
     lines = [ax.get_lines() for ax in fig.axes if ax.get_visible()]
     assert [line.get_marker() for line in lines[0]] == [s["marker"] for s in styles]
+
+
+def test_every_figure_has_one_name_for_file_command_rule_and_function():
+    """FIGURES, `vpo plot <stem>` and rules/figures.smk agree: rule figure_<stem> writes <stem>.pdf (evolve:
+    evolve_{task}.pdf) through `vpo plot <stem>`, whose function is named <stem>; no figure rule is left out."""
+    import re
+    from pathlib import Path
+
+    from vpo.cli import build_parser
+    from vpo.report.figures import FIGURES
+
+    smk = (Path(__file__).resolve().parents[1] / "rules" / "figures.smk").read_text()
+    rules = dict(re.findall(r"^rule (figure_\w+):\n(.*?)(?=^rule |\Z)", smk, re.M | re.S))
+    assert sorted(rules) == sorted(f"figure_{stem}" for stem in FIGURES)
+    for stem, figure in FIGURES.items():
+        assert figure.draw.__name__ == stem
+        body = rules[f"figure_{stem}"]
+        assert f'plot_command("{stem}")' in body
+        files = re.search(r'figure_files\("([^"]+)"', body).group(1)
+        assert files == (f"{stem}_{{task}}" if stem == "evolve" else stem)
+        for name in figure.tables:  # each table the command needs is an input of the rule
+            assert re.search(rf"\b{name}=|\*\*CURVE_INPUTS", body), (stem, name)
+        parsed = build_parser("plot").parse_args(
+            ["plot", stem, *[a for name in figure.tables for a in (f"--{name.replace('_', '-')}", "x.csv")],
+             *[a for name in figure.options for a in (f"--{name}", "a")], "--out", f"{stem}.pdf"])
+        assert parsed.figure == stem

@@ -12,7 +12,7 @@ one exact policy-gradient step, A_j * sum over the rollout's arms of (onehot(arm
 
 The CSV holds, per method and step: the policy's mass on every arm, E_w[best of m] of the policy
 (m arms drawn from it, w ~ Dir(1), estimated with fixed draws), and its reward-space diversity (the
-exact expected L1 distance between two independent draws). `vpo plot mechanism` draws it.
+exact expected L1 distance between two independent draws). `vpo plot mechanism_bandit` draws it.
 
 `advantage` sweeps one rollout's VPO advantage in a group of eight whose other rollouts each reach
 one objective: against how many objectives it reaches (for k = 2..5), against alpha, and, over
@@ -147,7 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.aggregate import write_csv
+    from vpo.report.aggregate import write_csv
 
     if args.what == "advantage":
         table = advantage_sweeps(seed=int(args.seeds.split(",")[0]))

@@ -1,0 +1,223 @@
+"""Every paper figure: one function per figure file, and `FIGURES`, the table that names them.
+
+A figure's stem is its file name (`figures/<stem>.pdf`; `evolve` draws `evolve_{task}.pdf`), its
+`vpo plot <stem>` subcommand, its rule (`figure_<stem>` in rules/figures.smk) and its function here.
+Each function takes its CSV tables and options as keywords, saves the figure to `out` (a temporary
+name, then renamed) and returns it; the caller closes it. Adding a figure: its function, its entry in
+`FIGURES`, its rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from vpo.report.aggregate import training_curve_stats
+from vpo.report.kit import (METHOD_ORDER, METRIC_LABELS, SEARCH_METRICS, SMOOTH_STEPS, draw_band, draw_curve_panel,
+                            draw_search_panel, finish, finish_default_note, max_width_in, method_color,
+                            method_style, panel_grid, seed_note, series_style, smooth, use_figure_fonts)
+from vpo.report.tables import method_label, task_label
+
+
+# ---- main results ----------------------------------------------------------------------------
+def curves_by_k(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out,
+                per_seed: pd.DataFrame | None = None, scale: str | None = None):
+    """pass@k or best@k against k: one panel per task, every method (all must be present).
+    per_seed: aggregate's per_seed.csv, for drawing each seed when there are too few for a band."""
+    fig, axes = panel_grid(len(tasks))
+    n_seeds = set()
+    for ax, task in zip(axes, tasks):
+        n_seeds |= draw_curve_panel(ax, summary, metric, methods, task, per_seed)
+    finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
+           n_seeds=n_seeds, note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
+    return fig
+
+
+def pass_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
+              per_seed: pd.DataFrame | None = None, scale: str | None = None):
+    """Paper Fig. 2 (top): pass@k against k for `report.main_methods`, one panel per task."""
+    return curves_by_k(summary, "pass_at_k", methods, tasks, out, per_seed, scale)
+
+
+def best_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
+              per_seed: pd.DataFrame | None = None, scale: str | None = None):
+    """Paper Fig. 2 (bottom): best@k (the task scalar) against k, one panel per task."""
+    return curves_by_k(summary, "best_at_k", methods, tasks, out, per_seed, scale)
+
+
+def appendix_pass_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
+                       per_seed: pd.DataFrame | None = None, scale: str | None = None):
+    """pass@k against k with every method of the grid (the appendix's baselines)."""
+    return curves_by_k(summary, "pass_at_k", methods, tasks, out, per_seed, scale)
+
+
+def appendix_best_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
+                       per_seed: pd.DataFrame | None = None, scale: str | None = None):
+    """best@k against k with every method of the grid."""
+    return curves_by_k(summary, "best_at_k", methods, tasks, out, per_seed, scale)
+
+
+def diversity_over_training(*, training: pd.DataFrame, methods: list[str], tasks: list[str], out,
+                            scale: str | None = None):
+    """Paper Fig. 4: pool diversity against training step, one panel per task, mean and band over seeds
+    (training: aggregate's training_curves.csv)."""
+    curves = training
+    stats = training_curve_stats(curves)
+    fig, axes = panel_grid(len(tasks))
+    n_seeds = set()
+    for ax, task in zip(axes, tasks):
+        for method in methods:
+            rows = stats[(stats.task == task) & (stats.method == method)].sort_values("step")
+            if rows.empty:
+                raise ValueError(f"no training curve for task={task} method={method}; is pool_diversity logged?")
+            n_seeds.add(int(rows.n_seeds.max()))
+            mine = curves[(curves.task == task) & (curves.method == method)]
+            seeds = [(g.sort_values("step").step.to_numpy(), smooth(g.sort_values("step").pool_diversity.to_numpy()))
+                     for _, g in mine.groupby("seed")]
+            ax.plot(rows.step, rows["mean"], ls="none", marker=".", ms=3, alpha=0.3, color=method_color(method))
+            draw_band(ax, rows.step.to_numpy(), smooth(rows["mean"].to_numpy()), smooth(rows.stderr.to_numpy()),
+                      method=method, seeds=seeds)
+        ax.set_title(task_label(task))
+        ax.set_xlabel("training step")
+        ax.set_ylabel("pool diversity (pairwise L1)")
+        ax.grid(alpha=0.3)
+    note = seed_note(n_seeds, per_seed_lines=True) or finish_default_note(n_seeds)
+    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds, scale=scale,
+           note=f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step")
+    return fig
+
+
+# ---- the mechanism (no trained model needed) --------------------------------------------------
+def mechanism_bandit(*, bandit: pd.DataFrame, out):
+    """The toy bandit of `vpo.mechanism`: one panel of arm masses per method, then E_w[best of m] and
+    diversity against step. Lines are means over seeds; each seed is drawn thinly behind them."""
+    table = bandit
+    from vpo.mechanism import ARMS, PARETO
+
+    methods = [m for m in METHOD_ORDER if m in set(table.method)]
+    fig, axes = panel_grid(len(methods) + 2)
+    dominated = sorted(set(range(len(ARMS))) - set(PARETO))
+    for ax, method in zip(axes, methods):
+        rows = table[table.method == method]
+        for i, arm in enumerate(sorted(PARETO) + dominated):
+            if arm in PARETO:  # each Pareto arm its own look; the dominated ones one thin grey look
+                style, lw, label = series_style(i), 1.8, f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"
+            else:
+                style, lw = {"color": "#BBBBBB", "ls": "-", "marker": ""}, 1.0
+                label = f"dominated arms ({', '.join(map(str, dominated))})" if arm == dominated[0] else "_nolegend_"
+            for _, seed_rows in rows.groupby("seed"):
+                ax.plot(seed_rows.step, seed_rows[f"arm_{arm}"], color=style["color"], lw=0.6, alpha=0.35)
+            mean = rows.groupby("step")[f"arm_{arm}"].mean()
+            ax.plot(mean.index, mean.to_numpy(), lw=lw, markevery=max(1, len(mean) // 8), ms=3, label=label,
+                    **style)
+        ax.set_title(f"{method_label(method)}: policy mass per arm")
+        ax.set_xlabel("step")
+        ax.set_ylabel("probability")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax, column, ylabel in zip(axes[len(methods):], ("best_of_m", "diversity"),
+                                  ("E_w[best of m] of the policy", "reward-space diversity")):
+        for method in methods:
+            rows = table[table.method == method]
+            mean = rows.groupby("step")[column].mean()
+            ax.plot(mean.index, mean.to_numpy(), lw=1.8, markevery=max(1, len(mean) // 8), ms=3,
+                    label=method_label(method), **method_style(method))
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title="Toy vector-reward bandit trained with each estimator (m = 3 arms per rollout "
+                                 "for Multi-RLVR and VPO)", n_seeds={int(table.seed.nunique())},
+           note=f"thick: mean over {table.seed.nunique()} seeds; thin: each seed")
+    return fig
+
+
+def mechanism_advantage(*, sweeps: pd.DataFrame, out):
+    """Three panels from `vpo mechanism advantage`: raw VPO score against objectives reached (per k),
+    against alpha, and the advantage's spread over weight draws against the number of weights."""
+    table = sweeps
+    fig, axes = panel_grid(3)
+    coverage = table[table.sweep == "coverage"]
+    for i, (k, rows) in enumerate(coverage.groupby("k")):
+        axes[0].plot(rows.covered, rows.raw_mean, ms=3, label=f"k = {k}", **series_style(i))
+    axes[0].set(xlabel="objectives the rollout's answers reach", ylabel="E_w[best of its answers]",
+                title="More of the simplex, higher score")
+    alpha = table[table.sweep == "alpha"]
+    ks = sorted(coverage.k.unique())
+    k, covered = int(alpha.k.iloc[0]), int(alpha.covered.iloc[0])  # the sweep's k gets that k's look
+    axes[1].plot(alpha.alpha, alpha.raw_mean, ms=3, label=f"k = {k}", **series_style(ks.index(k) if k in ks else 0))
+    axes[1].set(xscale="log", xlabel="Dirichlet alpha", ylabel="E_w[best of its answers]",
+                title=f"Alpha ({covered} of {k} reached)")
+    sampler = table[table.sweep == "sampler"]
+    for i, (name, rows) in enumerate(sampler.groupby("sampler")):
+        axes[2].plot(rows.n_weights, rows.advantage_std, ms=3, label=f"{name} weights",
+                     **series_style(len(ks) + i))
+    axes[2].set(xscale="log", yscale="log", xlabel="weights per group", ylabel="advantage std over draws",
+                title="Monte Carlo noise")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title="How one rollout's VPO score responds (a group of 8 whose other rollouts "
+                                 "each reach one objective)", n_seeds={1},
+           note="one-hot answers; means and spreads over 200 independent weight draws")
+    return fig
+
+
+# ---- the evolutionary search -----------------------------------------------------------------
+def evolve(*, curves: pd.DataFrame, task: str, methods: list[str], out, scale: str | None = None):
+    """The evolutionary search on one task's hardest problems (file evolve_{task}): problems solved and
+    mean best score by iteration t, a line per method (curves: aggregate's evolve_{task}.csv)."""
+    fig, axes = panel_grid(2)
+    n_seeds = set()
+    for ax, metric in zip(axes, SEARCH_METRICS):
+        n_seeds |= draw_search_panel(ax, curves, task, metric, methods)
+        ax.set_title(f"{task_label(task)}: {SEARCH_METRICS[metric]}")
+    finish(fig, axes, out, title=f"Evolutionary search (OpenEvolve) on the hardest {task_label(task)} problems",
+           n_seeds=n_seeds, scale=scale)
+    return fig
+
+
+def lcb_case_study(*, summary: pd.DataFrame, curves: pd.DataFrame, methods: list[str], out,
+                   per_seed: pd.DataFrame | None = None, scale: str | None = None):
+    """Paper Fig. 3: (a) pass@k and (b) best@k on the whole LiveCodeBench test split, (c) problems
+    solved and (d) mean best@t inside the search on its hardest problems, in one row."""
+    use_figure_fonts()
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(max_width_in(), 3.3))  # one row, as the paper's
+    axes = list(axes)
+    n_seeds = set()
+    for ax, metric, letter in zip(axes[:2], ("pass_at_k", "best_at_k"), "ab"):
+        n_seeds |= draw_curve_panel(ax, summary, metric, methods, "lcb", per_seed)
+        ax.set_title(f"({letter}) {'pass@k' if metric == 'pass_at_k' else 'best@k'}, all problems")
+    for ax, metric, letter in zip(axes[2:], SEARCH_METRICS, "cd"):
+        n_seeds |= draw_search_panel(ax, curves, "lcb", metric, methods)
+        ax.set_title(f"({letter}) search: {'solved' if metric == 'solved' else 'mean best@t'}")
+    finish(fig, axes, out, title="LiveCodeBench case study", n_seeds=n_seeds,
+           note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
+    return fig
+
+
+# ---- the table -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Figure:
+    draw: Callable[..., Any]  # the function above
+    tables: tuple[str, ...]  # its CSV inputs, by keyword (`vpo plot <stem> --<name> FILE`)
+    options: tuple[str, ...]  # its other keywords: methods and tasks (comma lists), task, scale
+    optional: tuple[str, ...] = ()  # tables it draws without (per_seed: seeds drawn one by one when given)
+
+
+CURVES = Figure(pass_at_k, ("summary", "per_seed"), ("methods", "tasks", "scale"), optional=("per_seed",))
+FIGURES: dict[str, Figure] = {
+    "pass_at_k": CURVES,
+    "best_at_k": Figure(best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
+    "appendix_pass_at_k": Figure(appendix_pass_at_k, CURVES.tables, CURVES.options, CURVES.optional),
+    "appendix_best_at_k": Figure(appendix_best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
+    "diversity_over_training": Figure(diversity_over_training, ("training",), ("methods", "tasks", "scale")),
+    "mechanism_bandit": Figure(mechanism_bandit, ("bandit",), ()),
+    "mechanism_advantage": Figure(mechanism_advantage, ("sweeps",), ()),
+    "evolve": Figure(evolve, ("curves",), ("task", "methods", "scale")),
+    "lcb_case_study": Figure(lcb_case_study, ("summary", "per_seed", "curves"), ("methods", "scale"),
+                             optional=("per_seed",)),
+}

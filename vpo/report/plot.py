@@ -1,0 +1,63 @@
+"""`vpo plot <stem>`: draw one paper figure from aggregated results; one subcommand per entry of
+`vpo.report.figures.FIGURES`, its flags the figure's tables and options.
+
+    vpo plot pass_at_k --summary results/cpu/aggregate/summary.csv --per-seed results/cpu/aggregate/per_seed.csv \\
+        --methods grpo,vpo --tasks maze --out figures/pass_at_k.pdf figures/pass_at_k.png
+    vpo plot mechanism_bandit --bandit results/cpu/mechanism/bandit.csv --out mechanism_bandit.pdf
+
+The first --out file is drawn, the others are the same figure in their formats (the report's PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
+TABLE_HELP = {"summary": "aggregate/summary.csv", "per_seed": "aggregate/per_seed.csv (each seed drawn when < 3)",
+              "training": "aggregate/training_curves.csv", "bandit": "mechanism/bandit.csv (`vpo mechanism bandit`)",
+              "sweeps": "mechanism/advantage.csv (`vpo mechanism advantage`)", "curves": "aggregate/evolve_{task}.csv"}
+OPTION_HELP = {"methods": "comma-separated methods (legend order)", "tasks": "comma-separated tasks (panel order)",
+               "task": "the task", "scale": "a line naming the preset and scale, shown under the title"}
+LISTS = ("methods", "tasks")  # options given as comma-separated lists
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from vpo.report.figures import FIGURES
+
+    sub = parser.add_subparsers(dest="figure", required=True, metavar="STEM")
+    for stem, figure in FIGURES.items():
+        p = sub.add_parser(stem, help=(figure.draw.__doc__ or stem).split("\n")[0])
+        for name in figure.tables:
+            p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional,
+                           help=TABLE_HELP[name])
+        for name in figure.options:
+            p.add_argument(f"--{name}", required=name != "scale", default=None, help=OPTION_HELP[name])
+        p.add_argument("--out", required=True, nargs="+", help="figure files (.pdf, .png, .svg): one figure, each format")
+
+
+def draw(args: argparse.Namespace, out: str):
+    """The figure `args` asks for, saved to `out`; returns it."""
+    from vpo.data import read_csv_table
+    from vpo.report.figures import FIGURES
+
+    figure = FIGURES[args.figure]
+    kwargs = {name: read_csv_table(getattr(args, name)) for name in figure.tables if getattr(args, name)}
+    for name in figure.options:
+        value = getattr(args, name)
+        kwargs[name] = value.split(",") if name in LISTS else value
+    return figure.draw(out=out, **kwargs)
+
+
+def run(args: argparse.Namespace) -> int:
+    import matplotlib.pyplot as plt
+
+    from vpo.atomic import atomic_file
+
+    first, *others = args.out
+    fig = draw(args, first)
+    for path in others:  # the same figure in other formats (the workflow's PNG for the report)
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, format=Path(path).suffix.lstrip("."), dpi=PNG_DPI)
+    plt.close(fig)
+    return 0
