@@ -34,7 +34,7 @@ def composed():
     from hydra import compose, initialize_config_dir
 
     from vpo.config import load_config
-    from vpo.verl_ext.launcher import build_command
+    from vpo.verl_ext.command import build_command
 
     cfg = load_config(str(REPO / "config.yaml"), preset="paper")
     out = {}

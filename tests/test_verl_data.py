@@ -115,7 +115,7 @@ def test_both_backends_build_identical_rows_with_a_non_default_alpha(maze_files,
     from vpo.config import deep_merge, load_config
     from vpo.local.trainer import prepare_rows
     from vpo.methods import get_method
-    from vpo.verl_ext.launcher import build_command
+    from vpo.verl_ext.command import build_command
 
     cfg = load_config(str(REPO / "config.yaml"), preset="paper")
     cfg = deep_merge(cfg, {"method_settings": {method: {"alpha": 0.3}}, "task_settings": {"maze": {"m": M}}})

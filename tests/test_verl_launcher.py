@@ -91,7 +91,7 @@ def test_printed_command_composes_with_cfg_job(paper_cfg, launcher, tmp_path, ca
     import shlex
 
     assert launcher.train_cell(paper_cfg, "eureqa", "gdpo", 2, tmp_path / "run", tmp_path / "data",
-                               print_command=True) == 0
+                               print_command=True) == launcher.VerlRun(0)
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()  # printing starts nothing
     words = shlex.split(line)
@@ -158,7 +158,7 @@ def test_preflight_passes_a_good_cell_on_a_gpu_node_only(paper_cfg, launcher, ce
 def test_preflight_rejects_wrong_method_fast(paper_cfg, launcher, cell, tmp_path, capsys):
     data, model = cell
     started = time.time()
-    status = launcher.train_cell(_cfg_with(paper_cfg, model), "maze", "vpoo", 0, tmp_path / "run", data)
+    status = launcher.train_cell(_cfg_with(paper_cfg, model), "maze", "vpoo", 0, tmp_path / "run", data).status
     assert status == 2 and time.time() - started < 30
     assert "unknown method 'vpoo'" in capsys.readouterr().err
     with pytest.raises(launcher.PreflightError, match="'vpoo'"):
@@ -169,7 +169,7 @@ def test_preflight_rejects_missing_data_fast(paper_cfg, launcher, cell, tmp_path
     _, model = cell
     missing = tmp_path / "nowhere"
     started = time.time()
-    status = launcher.train_cell(_cfg_with(paper_cfg, model), "maze", "grpo", 0, tmp_path / "run", missing)
+    status = launcher.train_cell(_cfg_with(paper_cfg, model), "maze", "grpo", 0, tmp_path / "run", missing).status
     assert status == 2 and time.time() - started < 30
     assert f"data file {missing / 'train.parquet'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -246,7 +246,7 @@ def test_printed_command_of_each_task_composes(paper_cfg, launcher, tmp_path, ca
 
     import yaml
 
-    assert launcher.train_cell(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True) == 0
+    assert launcher.train_cell(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True).status == 0
     words = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
     is_env = [("=" in w and w.split("=", 1)[0].isupper() and not w.startswith(("-", "/"))) for w in words]
     env = dict(os.environ, **dict(w.split("=", 1) for w, e in zip(words, is_env) if e))

@@ -39,7 +39,7 @@ def main() -> int:
 
     from vpo.config import deep_merge, load_config, write_config
     from vpo.merge import merge_run
-    from vpo.verl_ext.launcher import train_cell
+    from vpo.train import train_verl
 
     out = Path(args.out).resolve()
     data, run = out / "data", out / "runs" / "maze" / args.method / "seed0"
@@ -58,7 +58,7 @@ def main() -> int:
             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
         ]},
     })
-    status = train_cell(cfg, "maze", args.method, 0, run, data)
+    status = train_verl(cfg, "maze", args.method, 0, run, data)
     check("veRL step with vLLM rollouts", status == 0, f"(exit status {status})")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = json.loads((run / "train.json").read_text())

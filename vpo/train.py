@@ -55,6 +55,20 @@ def write_train_json(out_dir, cfg: dict, *, backend: str, task: str, method: str
     return write_json_atomic(Path(out_dir) / "train.json", payload)
 
 
+def train_verl(cfg: dict, task: str, method: str, seed: int, out_dir, data_dir, *, print_command: bool = False,
+               model: str | None = None) -> int:
+    """One cell under veRL (`vpo.verl_ext.launcher.train_cell`), train.json written when it trained;
+    returns the exit status."""
+    from vpo.verl_ext.launcher import train_cell
+
+    started = time.time()
+    run = train_cell(cfg, task, method, seed, out_dir, data_dir, print_command=print_command, model=model)
+    if run.trained:
+        write_train_json(out_dir, cfg, backend="verl", task=task, method=method, seed=seed, steps=run.steps,
+                         started=started, **run.record)
+    return run.status
+
+
 def check_inputs(args, backend: str) -> None:
     """Fail in seconds, before any model loads, on missing data / base model or unknown names."""
     if not (Path(args.data) / "train.parquet").is_file():
@@ -80,10 +94,8 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend or cfg["backend"]
     check_inputs(args, backend)
     if backend == "verl":
-        from vpo.verl_ext.launcher import train_cell
-
-        return int(train_cell(cfg, args.task, args.method, args.seed, args.out, args.data,
-                              print_command=args.print_command, model=args.base_model) or 0)
+        return train_verl(cfg, args.task, args.method, args.seed, args.out, args.data,
+                          print_command=args.print_command, model=args.base_model)
 
     from vpo.local.settings import LocalTrainerSettings
     from vpo.local.trainer import RunSpec, train_local

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import pandas as pd
 
 from vpo.report.aggregate import training_curve_stats

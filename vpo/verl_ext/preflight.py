@@ -8,16 +8,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from vpo.verl_ext import CONFIG_NAME, VERL_CONFIG_DIR
-
-if TYPE_CHECKING:
-    from vpo.verl_ext.launcher import CellCommand
-
-
-class PreflightError(ValueError):
-    """A cell that cannot train; the message names the problem and the fix."""
+from vpo.verl_ext.command import CellCommand, PreflightError
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -1,0 +1,227 @@
+"""The veRL 0.9.1 command of one (task, method, seed) cell: `python -m verl.trainer.main_ppo
+--config-path <repo>/verl/config --config-name vpo_trainer` with the cell's Hydra overrides, its
+batch preset, and the per-job environment (own RAY_TMPDIR, free MASTER_PORT, own datasets cache,
+W&B offline unless configured, veRL's file logger). Building checks nothing beyond what it needs;
+`preflight` checks the result and `launcher` runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from vpo import tracking
+from vpo.tracking import run_name  # one naming for both trainers' W&B runs
+from vpo.verl_ext import CONFIG_NAME, PLUGIN_MODULE, TRAINER_MODE, VERL_CONFIG_DIR
+
+
+class PreflightError(ValueError):
+    """A cell that cannot train; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class BatchPreset:
+    """Per-step sizes (paper section 6.1); prompts, not rollouts, unless said otherwise."""
+
+    train_batch_size: int  # prompts per training step
+    rollout_n: int  # rollouts per prompt (the group size)
+    ppo_mini_batch_size: int  # prompts per optimizer step
+    micro_batch_per_gpu: int  # rollouts per forward pass per GPU (training and log-probs)
+
+
+@dataclass
+class CellCommand:
+    """Everything needed to run one cell under veRL."""
+
+    argv: list[str]  # python -m verl.trainer.main_ppo ... (Hydra overrides included)
+    env: dict[str, str]  # variables set on top of the caller's environment
+    overrides: list[str]  # the Hydra overrides alone (for composing in-process)
+    estimator: str  # algorithm.adv_estimator
+    batch_preset: str  # name of the batch preset used
+    batch: BatchPreset
+    gpus: int
+    model: str
+    out_dir: Path
+    data_files: tuple[Path, Path]  # train, test parquet
+
+    def shell(self) -> str:
+        """The command as one shell line, environment first."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join(self.argv)}"
+
+
+def model_billions(model: str) -> float | None:
+    """Parameter count in billions read from a model name ('Qwen/Qwen3-8B' -> 8.0), else None."""
+    found = re.findall(r"(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", Path(str(model)).name)
+    return float(found[-1]) if found else None
+
+
+def choose_batch_preset(settings: Mapping[str, Any], model: str, gpus: int) -> tuple[str, BatchPreset]:
+    name = settings["batch_preset"]
+    if name == "auto":
+        size = model_billions(model)
+        name = "smoke_1gpu" if gpus == 1 else ("7b_8b" if size is not None and size >= 6 else "up_to_4b")
+    presets = settings["batch_presets"]
+    if name not in presets:
+        raise PreflightError(f"verl.batch_preset {name!r} is not one of {sorted(presets)} (or auto)")
+    return name, BatchPreset(**presets[name])
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _override_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _quoted(text: str) -> str:
+    """A Hydra override value that stays a string."""
+    if "'" in text:
+        raise PreflightError(f"a path or value with a single quote cannot be passed to veRL: {text!r}")
+    return f"'{text}'"
+
+
+
+
+# On CPU (verl.device: cpu): the platform and rollout of vpo/verl_ext/cpu, one worker, Ray's pools fed
+# with fake GPU slots, one TransferQueue storage unit (more stall on 2 cores), no flash attention or
+# remove-padding kernels. Facts and veRL line numbers: verl/README.md, "CPU mode".
+CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}  # cuda: veRL's FSDP engine, which runs on CPU
+
+
+def cpu_overrides(gpus: int) -> list[str]:
+    return [
+        f"+ray_kwargs.ray_init.num_gpus={gpus}",
+        # logical CPUs: 3 per worker bundle (veRL's max_colocate_count), the task runner, TransferQueue's
+        # controller and storage unit, the rollout servers take none
+        f"++ray_kwargs.ray_init.num_cpus={3 * gpus + 6}",
+        "trainer.device=cpu",
+        # FSDP2: FSDP1's sync_module_states needs GPU tensors
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2",
+        "actor_rollout_ref.rollout.name=transformers",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "data.dataloader_num_workers=0",
+    ]
+
+
+def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
+                  model: str | None = None) -> CellCommand:
+    """The veRL command and environment of one cell (no checks beyond what building needs).
+
+    model: a local model directory that replaces the task's `model` (the CPU device trains the
+    tiny base model of the method's prompt form)."""
+    from vpo.config import method_settings, task_settings, verl_settings
+    from vpo.methods import get_method
+    from vpo.verl_ext.estimators import estimator_for_method
+
+    spec = get_method(method)
+    settings = verl_settings(cfg)
+    tset = task_settings(cfg, task)
+    out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
+    gpus = int(settings["gpus"] or tset.get("gpus") or 1)
+    model = str(model or tset["model"])
+    cpu = settings["device"] == "cpu"
+    if model.startswith(("~", ".", "/")) or Path(model).expanduser().exists():  # a local directory
+        model = str(Path(model).expanduser().resolve())
+    preset_name, batch = choose_batch_preset(settings, model, gpus)
+    estimator = estimator_for_method(method)
+    m = int(tset["m"]) if spec.multi_answer else 1
+    prompt_len = int(tset["max_prompt_length"][spec.length_kind])
+    response_len = int(tset["max_response_length"][spec.length_kind])
+    name = run_name(task, method, seed)
+    train_file, test_file = data_dir / "train.parquet", data_dir / "test.parquet"
+
+    overrides = [
+        f"data.train_files={train_file}",
+        f"data.val_files={test_file}",
+        f"data.max_prompt_length={prompt_len}",
+        f"data.max_response_length={response_len}",
+        f"data.train_batch_size={batch.train_batch_size}",
+        f"data.seed={seed}",
+        f"data.vpo.method={method}",
+        f"data.vpo.m={m}",
+        f"data.vpo.seed={seed}",
+        f"data.vpo.alpha={float(method_settings(cfg, method).get('alpha', 1.0))}",  # as the local trainer
+        f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.rollout.n={batch.rollout_n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch.ppo_mini_batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
+        f"algorithm.adv_estimator={estimator}",
+        f"algorithm.vpo.method={method}",
+        f"algorithm.vpo.seed={seed}",
+    ]
+    for key, value in sorted(method_settings(cfg, method).items()):
+        overrides.append(f"++algorithm.vpo.settings.{key}={_override_value(value)}")
+    overrides += [
+        f"trainer.n_gpus_per_node={gpus}",
+        "trainer.nnodes=1",
+        f"trainer.total_epochs={int(tset.get('epochs', 1))}",
+        f"trainer.project_name={tracking.project(task)}",
+        f"trainer.experiment_name={name}",
+        f"trainer.default_local_dir={out_dir / 'checkpoints'}",
+        f"trainer.logger={_override_value(list(settings['logger']))}",
+        f"trainer.save_freq={int(settings['save_freq'])}",
+        f"trainer.test_freq={int(settings['test_freq'])}",
+        "trainer.resume_mode=auto",
+        f"trainer.v1.trainer_mode={TRAINER_MODE}",
+    ]
+
+    digest = hashlib.md5(f"{out_dir}".encode()).hexdigest()[:10]
+    wandb = cfg.get("wandb") or {}
+    env = {
+        # registration of the estimators and the trainer in every process, Ray actors included
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        "VERL_FILE_LOGGER_PATH": str(out_dir / "logs" / f"verl_metrics.{time.strftime('%Y%m%dT%H%M%S')}.jsonl"),
+        # per-job scratch: short path (Ray's socket names must stay under ~107 characters)
+        "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{os.getuid()}-{digest}"),  # made 0700 below
+        "MASTER_PORT": str(_free_port()),
+        "HF_DATASETS_CACHE": str(out_dir / ".cache" / "datasets"),
+        "TOKENIZERS_PARALLELISM": "false",
+        "WANDB_MODE": str(wandb.get("mode") or "offline"),
+        "WANDB_DIR": str(out_dir / "logs"),
+        "WANDB_RUN_ID": tracking.run_id(task, method, seed, out_dir),
+        "WANDB_RESUME": "allow",
+    }
+    if wandb.get("entity"):
+        env["WANDB_ENTITY"] = str(wandb["entity"])
+    for key in ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
+                "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
+        # quoted: Ray accepts only strings, and Hydra would turn `false` or `1e5` into a bool or float
+        overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
+    if cpu:
+        overrides += cpu_overrides(gpus)
+        env.update(CPU_ENV)
+        for key, value in CPU_ENV.items():
+            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
+    overrides += [str(o) for o in settings.get("overrides") or []]
+
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
+            f"--config-name={CONFIG_NAME}", *overrides]
+    return CellCommand(argv=argv, env=env, overrides=overrides, estimator=estimator, batch_preset=preset_name,
+                       batch=batch, gpus=gpus, model=model, out_dir=out_dir, data_files=(train_file, test_file))
