@@ -101,6 +101,12 @@ def test_overrides_merge_last(raw):
      "a subset of 8 does not fit a group of verl.batch_presets.up_to_4b.rollout_n = 8"),
     (lambda c: (c["tasks"].append("chess"), c["task_settings"].__setitem__("chess", c["task_settings"]["maze"])),
      "tasks", "no installed task plugin is called 'chess'"),
+    (lambda c: c["method_settings"]["goal_cond"].pop("alpha"), "method_settings.goal_cond.alpha",
+     "goal_cond draws Dirichlet weights; set their alpha"),
+    (lambda c: c["method_settings"]["grpo"].__setitem__("alpha", 2.0), "method_settings.grpo.alpha",
+     "grpo does not take 'alpha'; it takes eps, norm_by_std"),
+    (lambda c: c["task_settings"]["lcb"]["data"]["deepcoder"].__setitem__("test", "apps"),
+     "task_settings.lcb.data", "'apps' is not one of the dataset's configs"),
 ])
 def test_malformed_configs_name_the_key(raw, mutate, key, words):
     bad = copy.deepcopy(raw)

@@ -230,3 +230,16 @@ def test_every_figure_has_one_name_for_file_command_rule_and_function():
             ["plot", stem, *[a for name in figure.tables for a in (f"--{name.replace('_', '-')}", "x.csv")],
              *[a for name in figure.options for a in (f"--{name}", "a")], "--out", f"{stem}.pdf"])
         assert parsed.figure == stem
+
+
+def test_labels_and_looks_come_from_the_method_table_and_the_task_plugins():
+    from vpo.methods import METHODS, UNSTYLED
+    from vpo.report.kit import method_style
+    from vpo.report.tables import method_label, task_label
+    from vpo.task import TASKS
+
+    assert method_label("vpo") == METHODS["vpo"].label == "VPO" and method_label("new_method") == "new_method"
+    assert task_label("lcb") == TASKS["lcb"].label == "LiveCodeBench" and task_label("chess") == "chess"
+    assert method_style("grpo") == dict(zip(("color", "ls", "marker"), METHODS["grpo"].style))
+    assert method_style("new_method") == dict(zip(("color", "ls", "marker"), UNSTYLED))
+    assert all(method.label for method in METHODS.values()) and all(task.label for task in TASKS.values())

@@ -285,6 +285,22 @@ def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
     return out
 
 
+SUPPLIED = ("rng", "weights", "response_lengths")  # given by the caller, never configured
+
+
+def estimator_knobs(name: str) -> set[str]:
+    """The settings an estimator takes from config.yaml's method_settings: its keyword parameters after
+    the two data arguments (scores or sub_scores, group_ids), less those the caller supplies."""
+    return set(list(inspect.signature(get_estimator(name)).parameters)[2:]) - set(SUPPLIED)
+
+
+def setting_keys(method: str | Method) -> set[str]:
+    """Every method_settings key a method takes: its estimator's knobs, and `alpha` (the Dirichlet
+    concentration of the weights in its rows) when its reward is weighted."""
+    meth = get_method(method)
+    return estimator_knobs(meth.estimator) | ({"alpha"} if meth.reward == "weighted" else set())
+
+
 def advantage_for_method(
     method: str | Method,
     *,
@@ -308,8 +324,8 @@ def advantage_for_method(
     meth = get_method(method)
     fn = get_estimator(meth.estimator)
     params = inspect.signature(fn).parameters
-    kwargs = {key: value for key, value in dict(settings or {}).items()
-              if key in params and key not in ("rng", "weights", "response_lengths")}
+    knobs = estimator_knobs(meth.estimator)
+    kwargs = {key: value for key, value in dict(settings or {}).items() if key in knobs}
     if "rng" in params:
         kwargs["rng"] = rng
     if "response_lengths" in params:

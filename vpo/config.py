@@ -123,20 +123,16 @@ def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
 
 def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Settings a method's estimator does not take."""
-    import inspect
-
-    from vpo.advantage import get_estimator
-    from vpo.methods import get_method
+    from vpo.advantage import setting_keys
 
     problems = []
     for name in cfg["methods"]:
-        method = get_method(name)
-        takes = set(inspect.signature(get_estimator(method.estimator)).parameters) - {"rng", "weights", "response_lengths"}
-        if method.reward == "weighted":
-            takes.add("alpha")  # the Dirichlet alpha of the weights in the rows
-        for key in sorted(set(cfg["method_settings"].get(name) or {}) - takes):
+        takes, given = setting_keys(name), set(cfg["method_settings"].get(name) or {})
+        if "alpha" in takes - given:  # read without a default wherever it is used
+            problems.append(f"method_settings.{name}.alpha: {name} draws Dirichlet weights; set their alpha (paper: 1.0)")
+        for key in sorted(given - takes):
             problems.append(f"method_settings.{name}.{key}: {name} does not take '{key}'; it takes "
-                            f"{', '.join(sorted(takes - {'scores', 'sub_scores', 'channels', 'group_ids'})) or 'nothing'}")
+                            f"{', '.join(sorted(takes)) or 'nothing'}")
     return problems + _max_at_k_problems(cfg) + _budget_problems(cfg)
 
 
@@ -365,7 +361,7 @@ def scale_note(cfg: Mapping[str, Any]) -> str:
             batch = cfg["verl"]["batch_presets"].get(cfg["verl"]["batch_preset"])
             training = "trained by veRL on CPU" + (
                 f", {batch['train_batch_size']} x {batch['rollout_n']} rollouts per step" if batch else "")
-        side = task_settings(cfg, "maze")["data"].get("size", 9) if "maze" in cfg["tasks"] else None
+        side = task_settings(cfg, "maze")["data"]["size"] if "maze" in cfg["tasks"] else None
         maze = f", maze {side}x{side}" if side else ""
         seeds = len(cfg["seeds"])
         return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model {training}{maze}, "

@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
                        eval_settings=settings["eval"], m=int(settings["m"]), train_seed=train_seed,
                        backend=backend, n_problems=args.n_problems, batch_size=args.batch_size,
-                       alpha=float(method_settings(cfg, args.method).get("alpha", 1.0)))
+                       alpha=method_settings(cfg, args.method).get("alpha"))
     budget = payload["budget"]
     print(json.dumps({"method": args.method, "best@1": payload["best_at_k"][0],
                       f"best@{budget}": payload["best_at_k"][-1], "diversity": payload["diversity"],

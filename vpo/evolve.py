@@ -296,7 +296,7 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
     if missing:
         raise ValueError(f"{hardest} names problems {missing} that {data_dir}/test.parquet lacks; rebuild it")
     eval_seed = int(task_cfg["eval"]["seeds"][0])
-    alpha = float(method_settings(cfg, method_name).get("alpha", 1.0))
+    alpha = method_settings(cfg, method_name).get("alpha")  # None: the method draws no weights
     # the prompt as the evaluation shows it: no weights where eval.goal_weights is none, else one vector per problem
     unweighted = method.prompt == "goal" and task_cfg["eval"]["goal_weights"] == "none"
     rows = {p: prepare_row(rows[p], get_method("grpo") if unweighted else method, m, eval_seed, alpha=alpha)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 REWARD_KINDS = ("scalar", "channels", "matrix", "sum", "weighted")
 PROMPT_KINDS = ("single", "multi", "goal")
+UNSTYLED = ("#555555", "-", "o")  # a line's colour, line style and marker when no method gives them
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class Method:
     # which entry of task_settings' max_prompt_length / max_response_length the method trains with: its
     # prompt kind, unless the authors route it through another method's data path (None: `prompt`)
     lengths: str | None = None
+    label: str = ""  # its name in figures and tables ("" : `name`)
+    # its look in every figure: colour, line style, marker (Okabe-Ito colours, told apart with the
+    # common colour-vision deficiencies; style and marker separate the lines in greyscale too)
+    style: tuple[str, str, str] = UNSTYLED
 
     def __post_init__(self) -> None:
         if self.reward not in REWARD_KINDS:
@@ -43,19 +48,28 @@ class Method:
 #   matrix    the (m, k) matrix of the rollout's answers (m = 1 for vpo_single)
 #   sum       the task scalar summed over the rollout's m answers (Multi-RLVR)
 #   weighted  w . channels, w ~ Dir(1) fixed per training row
+# Looks: VPO is blue and GRPO vermillion, as in the paper; VPO (m=1) is VPO's lighter blue, dashed.
 _TABLE = (
-    Method("grpo", "grpo", False, "scalar", "single", "GRPO on the task scalar"),
-    Method("gdpo", "gdpo", False, "channels", "single", "GDPO: per-objective group z-scores, summed, batch-whitened"),
-    Method("maxrl", "maxrl", False, "scalar", "single", "MaxRL: group-mean-normalised advantage"),
-    Method("max_at_k", "max_at_k", False, "scalar", "single", "Max@k: unbiased gradient of E[best of k]"),
-    Method("multi_rlvr", "grpo", True, "sum", "multi", "Multi-RLVR: m answers, GRPO on the summed scalar"),
-    Method("vpo", "vpo", True, "matrix", "multi", "VPO: m answers, best member under random weightings"),
-    Method("vpo_single", "vpo_single", False, "matrix", "single", "VPO estimator on one answer per rollout"),
-    Method("goal_cond", "grpo", False, "weighted", "goal", "goal-conditioned GRPO: w . channels, w in the prompt"),
+    Method("grpo", "grpo", False, "scalar", "single", "GRPO on the task scalar",
+           label="GRPO", style=("#D55E00", "-", "o")),
+    Method("gdpo", "gdpo", False, "channels", "single", "GDPO: per-objective group z-scores, summed, batch-whitened",
+           label="GDPO", style=("#CC79A7", "--", "v")),
+    Method("maxrl", "maxrl", False, "scalar", "single", "MaxRL: group-mean-normalised advantage",
+           label="MaxRL", style=("#8C6D00", "-.", "P")),
+    Method("max_at_k", "max_at_k", False, "scalar", "single", "Max@k: unbiased gradient of E[best of k]",
+           label="Max-at-K", style=("#E69F00", "--", "s")),
+    Method("multi_rlvr", "grpo", True, "sum", "multi", "Multi-RLVR: m answers, GRPO on the summed scalar",
+           label="Multi-RLVR", style=("#009E73", "-.", "^")),
+    Method("vpo", "vpo", True, "matrix", "multi", "VPO: m answers, best member under random weightings",
+           label="VPO", style=("#0072B2", "-", "D")),
+    Method("vpo_single", "vpo_single", False, "matrix", "single", "VPO estimator on one answer per rollout",
+           label="VPO (m=1)", style=("#56B4E9", "--", "d")),
+    Method("goal_cond", "grpo", False, "weighted", "goal", "goal-conditioned GRPO: w . channels, w in the prompt",
+           label="Goal-cond. GRPO", style=("#000000", ":", "X")),
     # the authors run random-weight GRPO as goal-conditioned GRPO with the weights kept out of the prompt
     # (PAPER_REPRO.md section 1, `++data.random_reward_only=True`), so it gets the goal-conditioned lengths
     Method("random_weight", "grpo", False, "weighted", "single", "GRPO on w . channels, w hidden from the prompt",
-           lengths="goal"),
+           lengths="goal", label="Random-weight GRPO", style=("#999999", ":", "*")),
 )
 
 METHODS: dict[str, Method] = {m.name: m for m in _TABLE}

@@ -105,7 +105,8 @@ def to_plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *, alpha: float = 1.0) -> dict[str, Any]:
+def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *,
+                alpha: float | None = 1.0) -> dict[str, Any]:
     """The row a method trains and evaluates on (a new dict; `row` is not changed).
 
     multi-answer methods: prompt asks for m answers, extra_info["num_solutions"] = m;
@@ -125,7 +126,10 @@ def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *, a
     if method.reward == "weighted":
         if "index" not in extra:
             raise ValueError("prepare_row: weighted methods need extra_info['index'] to draw the row's weights")
-        weights = goal_weights(seed, int(extra["index"]), task.k, alpha)
+        if alpha is None:
+            raise ValueError(f"prepare_row: {method.name} draws Dirichlet weights; give their alpha "
+                             f"(method_settings.{method.name}.alpha)")
+        weights = goal_weights(seed, int(extra["index"]), task.k, float(alpha))
         out["reward_model"]["ground_truth"]["weights"] = [float(w) for w in weights]
     out["prompt"] = row_prompt(out, mode=method.prompt, m=m, task=task,
                                weights=weights if method.prompt == "goal" else None)

@@ -41,6 +41,7 @@ class Task:
                          multi-answer rewrite replaces it and fails loudly when it is missing.
         variable_k:      rows may be shorter than k (lcb: one channel per test case of the problem);
                          `pad` lengthens them with zeros where a fixed k is needed (GDPO, weights).
+        label:           its name in figures and tables ("": `name`).
         program_language: what an answer is written in, as the evolutionary search names it to its
                          LLM and in its fences (lcb: python; maze: text, a route).
         template_fields: the named pieces of a problem its rows carry (`extra_info.prompt_fields`,
@@ -51,6 +52,7 @@ class Task:
     """
 
     name: str = ""
+    label: str = ""
     data_source: str = ""
     objectives: tuple[tuple[str, str], ...] = ()
     scalar_weights: tuple[float, ...] = ()

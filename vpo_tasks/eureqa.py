@@ -132,6 +132,7 @@ def build_prompt(record: dict[str, Any]) -> str:
 
 class EureqaTask(ResponseSlotTask):
     name = "eureqa"
+    label = "EUREQA"
     data_source = "eureqa"
     objectives = tuple((f"entity_{x}", f"Resolving masked entity {x}" + (" (the answer)" if x == "A" else ""))
                        for x in LETTERS)

@@ -109,6 +109,7 @@ def build_prompt(raw: RawProblem) -> str:
 
 class LcbTask(Task):
     name = "lcb"
+    label = "LiveCodeBench"
     data_source = "lcb"
     objectives = tuple((f"tc_{i}", f"Passing test case {i + 1}") for i in range(MAX_TESTS))
     scalar_weights = (1 / MAX_TESTS,) * MAX_TESTS  # on padded rows; `scalar` below uses the problem's own tests

@@ -194,6 +194,7 @@ def _route_tags(routes: Sequence[str]) -> str:
 
 class MazeTask(Task):
     name = "maze"
+    label = "Maze"
     data_source = "maze"
     objectives = (
         ("completion", "Reaching the exit (E)"),

@@ -155,6 +155,7 @@ def build_prompt(record: dict[str, Any]) -> str:
 
 class MusiqueTask(ResponseSlotTask):
     name = "musique"
+    label = "MuSiQue"
     data_source = "musique"
     objectives = (
         ("hop_1", "Finding evidence for reasoning step 1"),

@@ -232,6 +232,7 @@ APPEND = r"\Z"  # the multi-answer instruction is appended to the user turn (the
 
 class ToolTask(ResponseSlotTask):
     name = "tool"
+    label = "ToolRL"
     data_source = "tool"
     objectives = (
         ("format", "Producing a well-formed structured response"),

@@ -57,7 +57,7 @@ def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
     return [int(i) for i in order[slot * batch:(slot + 1) * batch]]
 
 
-def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float = 1.0) -> list[dict]:
+def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float | None = 1.0) -> list[dict]:
     from vpo.prompts import prepare_row
 
     return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
@@ -102,7 +102,7 @@ def train_local(spec: RunSpec) -> dict:
                          f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
                          f"(vpo base-model --mode {method.prompt})")
     rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
-                        alpha=float(spec.method_settings.get("alpha", 1.0)))
+                        alpha=spec.method_settings.get("alpha"))
     policy, tokenizer = load_pretrained(spec.base_model)
     reference, _ = load_pretrained(spec.base_model)
     reference.eval().requires_grad_(False)

@@ -14,27 +14,12 @@ import numpy as np
 import pandas as pd
 
 from vpo.atomic import atomic_file
+from vpo.methods import METHODS, UNSTYLED
 from vpo.report.tables import method_label, task_label
 
-METHOD_ORDER = ["grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"]
+METHOD_ORDER = list(METHODS)  # the method table's order (vpo/methods.py)
 SMOOTH_STEPS = 5  # moving-average window of the diversity-over-training lines
 METRIC_LABELS = {"pass_at_k": "pass@k", "best_at_k": "best@k (task scalar)", "best_at_k_perm": "best@k (one permutation)"}
-
-
-# One look per method in every figure: Okabe-Ito colours (told apart with the common colour-vision
-# deficiencies), and a line style and marker of its own so that greyscale prints separate them too.
-# VPO is blue and GRPO vermillion, as in the paper; VPO (m=1) is VPO's lighter blue, dashed.
-METHOD_STYLES = {  # method: (colour, line style, marker)
-    "grpo": ("#D55E00", "-", "o"),
-    "gdpo": ("#CC79A7", "--", "v"),
-    "maxrl": ("#8C6D00", "-.", "P"),
-    "max_at_k": ("#E69F00", "--", "s"),
-    "multi_rlvr": ("#009E73", "-.", "^"),
-    "vpo": ("#0072B2", "-", "D"),
-    "vpo_single": ("#56B4E9", "--", "d"),
-    "goal_cond": ("#000000", ":", "X"),
-    "random_weight": ("#999999", ":", "*"),
-}
 
 
 # Series that are not methods (bandit arms, k, weight samplers): the Okabe-Ito colours the methods use
@@ -49,14 +34,15 @@ def series_style(i: int) -> dict:
     return {"color": color, "ls": linestyle, "marker": marker}
 
 
-def method_color(method: str) -> str:
-    return METHOD_STYLES.get(method, ("#555555", "-", "o"))[0]
-
-
 def method_style(method: str) -> dict:
-    """matplotlib keywords of a method's line: colour, line style, marker."""
-    color, linestyle, marker = METHOD_STYLES.get(method, ("#555555", "-", "o"))
+    """matplotlib keywords of a method's line: its colour, line style and marker in the method table
+    (a name not in it: grey, solid, circles)."""
+    color, linestyle, marker = METHODS[method].style if method in METHODS else UNSTYLED
     return {"color": color, "ls": linestyle, "marker": marker}
+
+
+def method_color(method: str) -> str:
+    return method_style(method)["color"]
 
 
 FONT_PT = 9  # every text in a figure

@@ -21,20 +21,23 @@ import pandas as pd
 from vpo.atomic import write_text_atomic
 from vpo.data import read_csv_table
 
-METHOD_LABELS = {
-    "grpo": "GRPO", "gdpo": "GDPO", "maxrl": "MaxRL", "max_at_k": "Max-at-K", "multi_rlvr": "Multi-RLVR",
-    "vpo": "VPO", "vpo_single": "VPO (m=1)", "goal_cond": "Goal-cond. GRPO", "random_weight": "Random-weight GRPO",
-}
-TASK_LABELS = {"maze": "Maze", "musique": "MuSiQue", "eureqa": "EUREQA", "tool": "ToolRL", "lcb": "LiveCodeBench"}
 LANDMARKS = (1, 2, 3, 5, 10, 15, 20, 25, 30)
 
 
 def method_label(name: str) -> str:
-    return METHOD_LABELS.get(name, name)
+    """The method's label in the method table (vpo/methods.py); an unknown name as is."""
+    from vpo.methods import METHODS
+
+    method = METHODS.get(name)
+    return (method.label or method.name) if method else name
 
 
 def task_label(name: str) -> str:
-    return TASK_LABELS.get(name, name)
+    """The task plugin's label (`Task.label`); a name no installed plugin has, as is."""
+    from vpo.task import TASKS
+
+    task = TASKS.get(name)
+    return (task.label or task.name) if task else name
 
 
 TIE_MARK = "†"  # tied for the lead: its ±1 standard error interval overlaps the leader's

@@ -165,7 +165,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         f"data.vpo.method={method}",
         f"data.vpo.m={m}",
         f"data.vpo.seed={seed}",
-        f"data.vpo.alpha={float(method_settings(cfg, method).get('alpha', 1.0))}",  # as the local trainer
+        f"data.vpo.alpha={_override_value(method_settings(cfg, method).get('alpha'))}",  # null: no weights
         f"actor_rollout_ref.model.path={model}",
         f"actor_rollout_ref.rollout.n={batch.rollout_n}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch.ppo_mini_batch_size}",
