@@ -19,7 +19,7 @@ def build_fixture(n_prompts: int):
     """A random-init tiny model (cpu preset size) and tokenizer for fresh maze prompts."""
     from vpo.local.model import build_model, build_tokenizer, frequent_phrases
     from vpo.config import load_config
-    from vpo.local.settings import LocalTrainerSettings
+    from vpo.settings import LocalTrainerSettings
     from vpo.task import resolve
 
     task = resolve("maze")

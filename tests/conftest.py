@@ -32,7 +32,7 @@ TINY_LOCAL_TRAINER = local_trainer_block(**TINY_CHANGES)
 
 @pytest.fixture(scope="session")
 def tiny_local_settings():
-    from vpo.local.settings import LocalTrainerSettings
+    from vpo.settings import LocalTrainerSettings
 
     return LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER)
 

@@ -211,7 +211,24 @@ def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
 def test_every_numeric_local_trainer_setting_has_a_range():
     import dataclasses
 
-    from vpo.local.settings import LIMITS, LocalTrainerSettings
+    from vpo.settings import LIMITS, LocalTrainerSettings
 
     numeric = {f.name for f in dataclasses.fields(LocalTrainerSettings) if str(f.type) in ("int", "float")}
     assert numeric == set(LIMITS), f"no range for {sorted(numeric - set(LIMITS))}; stale {sorted(set(LIMITS) - numeric)}"
+
+
+def test_the_verl_block_and_its_typed_settings_name_the_same_keys(raw):
+    import dataclasses
+
+    from vpo.config import verl_settings
+    from vpo.settings import BatchPreset, VerlSettings
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    block = schema["properties"]["verl"]
+    assert set(block["required"]) == set(block["properties"]) == {f.name for f in dataclasses.fields(VerlSettings)}
+    sizes = block["properties"]["batch_presets"]["additionalProperties"]["required"]
+    assert set(sizes) == {f.name for f in dataclasses.fields(BatchPreset)}
+    settings = verl_settings(resolve_config(raw, "verl_cpu"))
+    assert settings.device == "cpu" and settings.batch_presets["cpu_tiny"].rollout_n == 8 and settings.gpus is None
+    with pytest.raises(ValueError, match=r"verl: unknown key\(s\) \['gpu'\]"):
+        VerlSettings.from_dict({**raw["verl"], "gpu": 2})

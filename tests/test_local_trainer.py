@@ -189,7 +189,7 @@ def test_bad_input_fails_before_training(tiny_config, tiny_maze_data, tiny_base_
 
 
 def test_unknown_local_trainer_key_is_named():
-    from vpo.local.settings import LocalTrainerSettings
+    from vpo.settings import LocalTrainerSettings
 
     from conftest import local_trainer_block
 

@@ -62,7 +62,7 @@ def _load_schema() -> dict:
 def _local_trainer_schema() -> dict:
     import dataclasses
 
-    from vpo.local.settings import LIMITS, LocalTrainerSettings
+    from vpo.settings import LIMITS, LocalTrainerSettings
 
     kinds = {"int": {"type": "integer"}, "float": {"type": "number"}, "dict": {"type": "object"}}
     fields = dataclasses.fields(LocalTrainerSettings)
@@ -315,12 +315,13 @@ def method_settings(cfg: Mapping[str, Any], method: str) -> dict[str, Any]:
         raise ConfigError(f"method_settings.{method} is missing; known: {', '.join(cfg['method_settings'])}") from None
 
 
-def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved `verl:` block (the veRL launcher's settings; config.yaml is where they default)."""
-    try:
-        return cfg["verl"]
-    except KeyError:
-        raise ConfigError("the `verl:` block is missing from the config; copy it from the project's config.yaml") from None
+def verl_settings(cfg: Mapping[str, Any]):
+    """The resolved `verl:` block as `vpo.settings.VerlSettings` (config.yaml is where they default)."""
+    from vpo.settings import VerlSettings
+
+    if "verl" not in cfg:
+        raise ConfigError("the `verl:` block is missing from the config; copy it from the project's config.yaml")
+    return VerlSettings.from_dict(cfg["verl"])
 
 
 def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return train_verl(cfg, args.task, args.method, args.seed, args.out, args.data,
                           print_command=args.print_command, model=args.base_model)
 
-    from vpo.local.settings import LocalTrainerSettings
+    from vpo.settings import LocalTrainerSettings
     from vpo.local.trainer import RunSpec, train_local
 
     t0 = time.time()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vpo.local.settings import LocalTrainerSettings
+from vpo.settings import LocalTrainerSettings
 from vpo.progress import Progress
 from vpo.prompts import PROMPT_MODES
 
@@ -163,7 +163,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
 
 def run(args: argparse.Namespace) -> int:
     from vpo.config import cell_digest, load_config, task_settings
-    from vpo.local.settings import LocalTrainerSettings
+    from vpo.settings import LocalTrainerSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = load_config(args.config, args.preset)

@@ -20,7 +20,7 @@ import numpy as np
 
 from vpo.local import checkpoint as ckpt
 from vpo.metrics import group_pool_diversity
-from vpo.local.settings import LocalTrainerSettings
+from vpo.settings import LocalTrainerSettings
 from vpo.progress import Progress
 
 log = logging.getLogger("vpo.local.trainer")

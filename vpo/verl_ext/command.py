@@ -20,21 +20,12 @@ from typing import Any, Mapping
 
 from vpo import tracking
 from vpo.tracking import run_name  # one naming for both trainers' W&B runs
+from vpo.settings import BatchPreset, VerlSettings
 from vpo.verl_ext import CONFIG_NAME, PLUGIN_MODULE, TRAINER_MODE, VERL_CONFIG_DIR
 
 
 class PreflightError(ValueError):
     """A cell that cannot train; the message names the problem and the fix."""
-
-
-@dataclass(frozen=True)
-class BatchPreset:
-    """Per-step sizes (paper section 6.1); prompts, not rollouts, unless said otherwise."""
-
-    train_batch_size: int  # prompts per training step
-    rollout_n: int  # rollouts per prompt (the group size)
-    ppo_mini_batch_size: int  # prompts per optimizer step
-    micro_batch_per_gpu: int  # rollouts per forward pass per GPU (training and log-probs)
 
 
 @dataclass
@@ -64,15 +55,14 @@ def model_billions(model: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def choose_batch_preset(settings: Mapping[str, Any], model: str, gpus: int) -> tuple[str, BatchPreset]:
-    name = settings["batch_preset"]
+def choose_batch_preset(settings: VerlSettings, model: str, gpus: int) -> tuple[str, BatchPreset]:
+    name = settings.batch_preset
     if name == "auto":
         size = model_billions(model)
         name = "smoke_1gpu" if gpus == 1 else ("7b_8b" if size is not None and size >= 6 else "up_to_4b")
-    presets = settings["batch_presets"]
-    if name not in presets:
-        raise PreflightError(f"verl.batch_preset {name!r} is not one of {sorted(presets)} (or auto)")
-    return name, BatchPreset(**presets[name])
+    if name not in settings.batch_presets:
+        raise PreflightError(f"verl.batch_preset {name!r} is not one of {sorted(settings.batch_presets)} (or auto)")
+    return name, settings.batch_presets[name]
 
 
 def _free_port() -> int:
@@ -142,9 +132,9 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     settings = verl_settings(cfg)
     tset = task_settings(cfg, task)
     out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
-    gpus = int(settings["gpus"] or tset.get("gpus") or 1)
+    gpus = int(settings.gpus or tset["gpus"] or 1)
     model = str(model or tset["model"])
-    cpu = settings["device"] == "cpu"
+    cpu = settings.device == "cpu"
     if model.startswith(("~", ".", "/")) or Path(model).expanduser().exists():  # a local directory
         model = str(Path(model).expanduser().resolve())
     preset_name, batch = choose_batch_preset(settings, model, gpus)
@@ -181,13 +171,13 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     overrides += [
         f"trainer.n_gpus_per_node={gpus}",
         "trainer.nnodes=1",
-        f"trainer.total_epochs={int(tset.get('epochs', 1))}",
+        f"trainer.total_epochs={int(tset['epochs'])}",
         f"trainer.project_name={tracking.project(task)}",
         f"trainer.experiment_name={name}",
         f"trainer.default_local_dir={out_dir / 'checkpoints'}",
-        f"trainer.logger={_override_value(list(settings['logger']))}",
-        f"trainer.save_freq={int(settings['save_freq'])}",
-        f"trainer.test_freq={int(settings['test_freq'])}",
+        f"trainer.logger={_override_value(list(settings.logger))}",
+        f"trainer.save_freq={settings.save_freq}",
+        f"trainer.test_freq={settings.test_freq}",
         "trainer.resume_mode=auto",
         f"trainer.v1.trainer_mode={TRAINER_MODE}",
     ]
@@ -219,7 +209,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         env.update(CPU_ENV)
         for key, value in CPU_ENV.items():
             overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
-    overrides += [str(o) for o in settings.get("overrides") or []]
+    overrides += list(settings.overrides)
 
     argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
             f"--config-name={CONFIG_NAME}", *overrides]

@@ -109,7 +109,7 @@ def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellComma
         raise PreflightError(f"{VERL_CONFIG_DIR}/{CONFIG_NAME}.yaml is missing: run from a checkout of the project")
     check_files(command)
     m = int(tset["m"]) if spec.multi_answer else 1
-    check_sizes(command, m, int(tset["max_response_length"][spec.length_kind]), int(settings["min_tokens_per_answer"]))
-    check_device(settings["device"], command.gpus)  # after the checks of the cell itself
+    check_sizes(command, m, int(tset["max_response_length"][spec.length_kind]), settings.min_tokens_per_answer)
+    check_device(settings.device, command.gpus)  # after the checks of the cell itself
     if with_verl:
         check_with_verl(command)

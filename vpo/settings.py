@@ -1,15 +1,18 @@
-"""Typed settings of the embedded CPU backend: the `local_trainer` block of config.yaml, which is
-the one place their values live (width 64 keeps an RL step of 64 rollouts near 2 s on one thread).
-The RL knobs mirror veRL's (`actor.clip_ratio`, `kl_loss_coef`, `ppo_mini_batch_size`,
-`rollout.n`); only the scale is smaller.
+"""Typed settings of config.yaml's trainer blocks: `local_trainer` (the embedded CPU trainer) and
+`verl` (the veRL launcher). config.yaml holds every value and its comment; these classes say what each
+field is, the config check validates with them (the `local_trainer` schema is built from its class,
+so the two cannot drift), and the trainers read them. Only the standard library is needed here.
+
+The local trainer's RL knobs mirror veRL's (`actor.clip_ratio`, `kl_loss_coef`,
+`ppo_mini_batch_size`, `rollout.n`); only the scale is smaller (width 64 keeps an RL step of 64
+rollouts near 2 s on one thread).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-
-from vpo.local.model import TinyModelSettings
+from typing import Any, Mapping
 
 
 # The values that make sense, as JSON Schema keywords: the config schema enforces them, so a nonsense
@@ -62,7 +65,10 @@ class LocalTrainerSettings:
     generation_batch: int  # sequences per generation forward
     threads: int  # torch intra-op threads; 0 = torch's default
 
-    def model_settings(self) -> TinyModelSettings:
+    def model_settings(self):
+        """The tiny model's architecture (vpo.local.model.TinyModelSettings)."""
+        from vpo.local.model import TinyModelSettings
+
         return TinyModelSettings(
             hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,
             intermediate_size=self.intermediate_size, max_positions=self.max_positions,
@@ -100,3 +106,41 @@ class LocalTrainerSettings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# ---- verl ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BatchPreset:
+    """Per-step sizes (paper section 6.1); prompts, not rollouts, unless said otherwise."""
+
+    train_batch_size: int  # prompts per training step
+    rollout_n: int  # rollouts per prompt (the group size)
+    ppo_mini_batch_size: int  # prompts per optimizer step
+    micro_batch_per_gpu: int  # rollouts per forward pass per GPU (training and log-probs)
+
+
+@dataclass(frozen=True)
+class VerlSettings:
+    """The `verl` block of config.yaml (its schema: workflow/schemas/config.schema.yaml)."""
+
+    device: str  # cuda: GPU nodes with vLLM | cpu: veRL's own trainer on CPU with the tiny base model
+    batch_presets: dict[str, BatchPreset]  # named per-step sizes
+    batch_preset: str  # one of batch_presets, or auto (by GPU count and model size)
+    gpus: int | None  # GPUs per training job; None: task_settings.<task>.gpus
+    logger: tuple[str, ...]  # veRL's loggers (file writes the run's metrics.jsonl)
+    save_freq: int  # checkpoint every N steps
+    test_freq: int  # validate every N steps
+    min_tokens_per_answer: int  # preflight: max_response_length / m must leave this many tokens per answer
+    overrides: tuple[str, ...]  # extra Hydra overrides passed verbatim to veRL
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> "VerlSettings":
+        """Build from config's `verl` block; an unknown or missing key is an error naming it."""
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown, missing = sorted(set(values) - known), sorted(known - set(values))
+        if unknown or missing:
+            raise ValueError(f"verl: unknown key(s) {unknown}, missing {missing}; config.yaml's verl block sets every key")
+        presets = {name: BatchPreset(**dict(sizes)) for name, sizes in dict(values["batch_presets"]).items()}
+        return cls(**{**values, "batch_presets": presets, "logger": tuple(values["logger"]),
+                      "overrides": tuple(str(o) for o in values["overrides"] or ())})
