@@ -66,3 +66,50 @@ def test_engine_modules_import_no_task_and_not_the_cpu_trainer():
 def test_no_python_file_over_400_lines():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
     assert not long, long
+
+
+def test_documents_cited_are_in_the_repository():
+    """Code, rules, tests and docs cite documents the repository holds (or the authors' public files
+    by their URL or repository path), never notes kept elsewhere."""
+    import re
+    import subprocess
+
+    notes = re.compile(r"(?<![\w/.-])([\w./-]*\b(?:tasks|DESIGN|verl|verl-cpu|paper|snakemake|style-anchors)\.md)\b"
+                       r"|\bDESIGN section\b")
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    bad = []
+    for name in files:
+        path = REPO / name
+        if path.suffix not in {".py", ".md", ".smk", ".yaml", ".yml", ".json", ".rst", ".toml", ".txt", ""} \
+                or not path.is_file() or "fixtures" in path.parts and path.suffix not in {".json", ".md"}:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+            for match in notes.finditer(line):
+                cited = match.group(1)
+                if cited is None or not ((REPO / cited).is_file() or (path.parent / cited).is_file()):
+                    bad.append(f"{name}:{number}: {match.group(0)}")
+    assert not bad, "documents cited but not in the repository:\n" + "\n".join(bad)
+
+
+def test_the_architecture_doc_lists_what_each_module_imports():
+    """docs/architecture.md's module tables: for every `name.py` row, the project modules it names are
+    the ones the file imports (lazy imports included), so the map cannot drift from the code."""
+    import re
+
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    known = modules()
+    checked = 0
+    table = doc.split("### vpo/\n", 1)[1].strip().split("\n\n", 1)[0]
+    for package in ("vpo",):
+        for row in table.splitlines()[2:]:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            names = re.findall(r"`(\w+)\.py`", cells[0])
+            if len(names) != 1:
+                continue
+            module = f"{package}.{names[0]}"
+            listed = set() if cells[2] == "nothing" else {item.split(" (")[0] for item in cells[2].split(", ")}
+            actual = {name.removeprefix("vpo.") for name in imports(known[module], top_level_only=False)
+                      if name != module and name != "vpo"}
+            assert listed == actual, f"{module}: the doc lists {sorted(listed)}, the file imports {sorted(actual)}"
+            checked += 1
+    assert checked >= 30

@@ -1,6 +1,6 @@
 """`vpo train`: train one (task, method, seed) cell with the local CPU trainer or with veRL.
 
-Both backends leave the same run directory (DESIGN section 4); `train.json` is written last, so
+Both backends leave the same run directory (docs/architecture.md); `train.json` is written last, so
 its presence means the cell finished. The local backend resumes from `checkpoints/step_<N>`.
 """
 

@@ -2,7 +2,7 @@
 
 A narrative describes a chain of masked entities (Person A, Film B, ...); the last sentence names
 the leaf, and the model resolves the five masks back to the answer, Person A, writing each
-canonical name in `<entity_X>` tags (tasks.md 3). Each channel is an exact match after
+canonical name in `<entity_X>` tags (docs/tasks.md). Each channel is an exact match after
 normalisation; a response with all five tags empty scores zero. Multi-answer responses use
 `<response_i>` slots.
 
@@ -54,7 +54,7 @@ class EureqaSettings:
         return settings
 
 
-# ---- scoring (tasks.md 3.3) ------------------------------------------------------------------
+# ---- scoring (docs/tasks.md, eureqa) -------------------------------------------------------------
 def normalize_entity(text: str) -> str:
     """Underscores to spaces, lowercase, whole-word articles removed, punctuation deleted, spaces collapsed."""
     return " ".join(ARTICLES.sub(" ", str(text).replace("_", " ").lower()).translate(PUNCTUATION).split())

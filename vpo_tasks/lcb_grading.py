@@ -1,4 +1,4 @@
-"""Grading LiveCodeBench answers (tasks.md 5.3-5.4): code extraction, the multi-solution split, the
+"""Grading LiveCodeBench answers (docs/tasks.md, lcb): code extraction, the multi-solution split, the
 AST fingerprint, and one sandboxed run per test case.
 
 A functional (LeetCode) test calls `fn_name(*args)` on a bare function or on a `Solution()`
@@ -68,7 +68,7 @@ def has_code_block(text: str) -> bool:
 
 
 def split_solutions(text: str, m: int) -> list[str]:
-    """The first m solutions of a multi-solution response (tasks.md 5.4): two or more complete python
+    """The first m solutions of a multi-solution response (docs/tasks.md, lcb): two or more complete python
     blocks are the solutions; else the stripped non-empty parts around `---` lines, or the lone
     python block when that leaves at most one part."""
     text = str(text)

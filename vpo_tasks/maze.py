@@ -4,7 +4,7 @@ A route that reaches the exit E within the step budget can collect the gold corn
 corner, never both (the generator rejects mazes where both fit), pass through lava or around it,
 and visit the bonus tile B at the centre. The reward is gated on reaching E.
 
-This file holds the simulator and scorer, the authors' parsing rules (tasks.md 1.5), the prompt and
+This file holds the simulator and scorer, the authors' parsing rules (docs/tasks.md, maze), the prompt and
 the task class; the generator is `vpo_tasks.maze_generator`. The warm-start demonstrations at the
 bottom are used only by the CPU trainer's base model.
 """
@@ -106,7 +106,7 @@ def score_moves(moves: Sequence[str], ground_truth: dict[str, Any]) -> list[floa
     return [1.0] + [min(1.0, mult * x * x) for x in (gold, diam, safe)]
 
 
-# ---- parsing (tasks.md 1.5: the authors' rules, each block found as "opener, then the first
+# ---- parsing (docs/tasks.md, maze: the authors' rules, each block found as "opener, then the first
 # closer after it", which gives the same blocks as a lazy regex and stays linear in the text) ------
 def _block(text: str, opener: re.Pattern, closer: re.Pattern, pos: int = 0) -> tuple[str, int] | None:
     """Body of the first opener...closer pair starting at or after pos, and the index past it."""

@@ -1,6 +1,6 @@
 """The designed-conflict maze generator, seed for seed the 9x9 mazes the paper trained and tested on.
 
-One `random.Random(seed)` is drawn from in exactly the order of tasks.md 1.2, so seed 42 gives the
+One `random.Random(seed)` is drawn from in exactly the authors' order (docs/tasks.md, maze), so seed 42 gives the
 paper's first training maze and seed 4242 its first test maze; a rejected seed gives None and the
 split moves on to the next seed. The steps, in draw order:
 
@@ -104,7 +104,7 @@ def extra_openings(size: int) -> tuple[int, int]:
 
 
 def generate_maze(seed: int, size: int = SIZE) -> dict[str, Any] | None:
-    """One size x size maze from one seed (tasks.md 1.2), or None when this seed is rejected."""
+    """One size x size maze from one seed (docs/tasks.md, maze), or None when this seed is rejected."""
     if not MIN_SIZE <= size <= SIZE:
         raise ValueError(f"maze: size {size} is outside {MIN_SIZE}..{SIZE}")
     rng = random.Random(seed)

@@ -1,7 +1,7 @@
 """musique: MuSiQue-Ans multi-hop question answering (k = 5: hop_1..hop_4, answer_f1).
 
 The model reads about 20 paragraphs, cites the ones supporting each reasoning step in
-`<support>i, j</support>` and answers in `<answer>...</answer>` (tasks.md 2). hop_i is 1 when the
+`<support>i, j</support>` and answers in `<answer>...</answer>` (docs/tasks.md). hop_i is 1 when the
 gold paragraph of step i is among the first four distinct cited indices (steps past the question's
 hop count score 1); answer_f1 is SQuAD-style token F1 against the answer and its aliases; an
 answer-less response scores zero everywhere. Multi-answer responses use `<response_i>` slots.
@@ -55,7 +55,7 @@ class MusiqueSettings:
         return settings
 
 
-# ---- scoring (tasks.md 2.3) ------------------------------------------------------------------
+# ---- scoring (docs/tasks.md, musique) ------------------------------------------------------------
 def normalize(text: str) -> str:
     """Lowercase, whole-word articles to spaces, punctuation deleted, whitespace collapsed."""
     return " ".join(ARTICLES.sub(" ", str(text).lower()).translate(PUNCTUATION).split())

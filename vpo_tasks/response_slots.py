@@ -1,4 +1,4 @@
-"""`<response_i>` answer slots and first-block parsing, shared by the text tasks (tasks.md 0.2).
+"""`<response_i>` answer slots and first-block parsing, shared by the text tasks (docs/tasks.md).
 
 For i = 1..m, slot i is the text between the first `<response_i>` and the first `</response_i>`
 after it: case-sensitive and exact (`<RESPONSE_1>`, `<response_01>`, `<response_1 >` are not

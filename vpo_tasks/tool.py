@@ -2,7 +2,7 @@
 
 The system prompt lists the available tools and asks for `<think>...</think>`, then optionally a
 `<tool_call>` block with one JSON object {"name", "parameters"} per line, and optionally
-`<response>...</response>`. The reward (tasks.md 4.3, the vector the paper trained on, not
+`<response>...</response>`. The reward (docs/tasks.md, the vector the paper trained on, not
 ToolRL's scalar) checks the layout, then aligns predicted calls with gold calls: multiset F1 of
 tool names, set F1 of argument keys, and typed matching of argument values. Multi-answer
 responses use `<response_i>` slots appended to the user turn (the format itself lives in the
@@ -49,7 +49,7 @@ class ToolSettings:
         return settings_from(cls, values, "tool")
 
 
-# ---- parsing (tasks.md 4.3) ------------------------------------------------------------------
+# ---- parsing (docs/tasks.md, tool) ---------------------------------------------------------------
 def _objects(body: str) -> list[Any]:
     """JSON values of a tool_call body: one array, or objects separated by spaces, newlines, commas."""
     if body.startswith("["):
@@ -128,7 +128,7 @@ def _number(value: Any) -> bool:
 
 
 def value_match(pred: Any, gold: Any) -> float:
-    """How well a predicted argument value matches the gold one (tasks.md 4.3's typed rules)."""
+    """How well a predicted argument value matches the gold one (docs/tasks.md, tool: typed rules)."""
     if isinstance(gold, bool) or isinstance(pred, bool):
         return float(bool(gold) == bool(pred))
     if _number(gold):

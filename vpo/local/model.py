@@ -32,7 +32,7 @@ CUT_PATTERN = re.compile(r"(?:</?[A-Za-z_]+(?:_\d+)?>|\d+)")
 
 @dataclass(frozen=True)
 class TinyModelSettings:
-    """Architecture of the tiny Llama-family policy (DESIGN section 5 calibration)."""
+    """Architecture of the tiny Llama-family policy (sizes from config.yaml's local_trainer block)."""
 
     hidden_size: int = 128  # model width
     num_layers: int = 2  # transformer blocks
