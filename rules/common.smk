@@ -34,6 +34,18 @@ BACKEND = CFG["backend"]
 TINY_BASE = trains_tiny_base(CFG)  # the local trainer, and veRL on CPU (verl.device: cpu)
 METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
 
+# ---- paths -----------------------------------------------------------------------------------
+# Each preset has its own tree, so cpu, ci and paper runs in one checkout never redo or overwrite
+# each other's outputs; figures/<name> is a copy of the latest run's figure (rule publish_figure).
+RESULTS = f"results/{PRESET}"
+FIGURES = f"figures/{PRESET}"
+LOGS = f"logs/{PRESET}"
+DATA = f"{RESULTS}/data/{{task}}"
+BASE = f"{RESULTS}/base/{{task}}/{{prompt}}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
+CELL = f"{RESULTS}/runs/{{task}}/{{method}}/seed{{seed}}"
+EVOLVE = f"{RESULTS}/evolve/{{task}}"  # the hardest problems of a task (rules/evolve.smk)
+
+
 # Every `vpo` command reads a snapshot of the resolved config, so --configfile/--config overrides
 # reach the commands exactly as the workflow sees them. It is named by its content (no later call
 # can change it under a running job) and written when jobs are about to run, never by a dry-run,
@@ -47,7 +59,8 @@ onstart:
     write_config(CFG, CONFIG_SNAPSHOT)
     write_config(CFG, f"{RESULTS}/config.yaml")
 # Every job's shell: (unless conda provides the software) the Python that runs Snakemake, so a
-# venv need not be activated. Jobs get the snapshot and preset as --config / --preset flags.
+# venv need not be activated, and the snapshot's path, which each command gets as --config (the
+# snapshot names its preset).
 _python_dir = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
     f"export PATH={Path(sys.executable).parent}:$PATH; "
 )
@@ -60,18 +73,6 @@ wildcard_constraints:
     seed=r"\d+",
     evalseed=r"\d+",
     prompt="|".join(PROMPT_KINDS),
-
-
-# ---- paths -----------------------------------------------------------------------------------
-# Each preset has its own tree, so cpu, ci and paper runs in one checkout never redo or overwrite
-# each other's outputs; figures/<name> is a copy of the latest run's figure (rule publish_figure).
-RESULTS = f"results/{PRESET}"
-FIGURES = f"figures/{PRESET}"
-LOGS = f"logs/{PRESET}"
-DATA = f"{RESULTS}/data/{{task}}"
-BASE = f"{RESULTS}/base/{{task}}/{{prompt}}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
-CELL = f"{RESULTS}/runs/{{task}}/{{method}}/seed{{seed}}"
-EVOLVE = f"{RESULTS}/evolve/{{task}}"  # the hardest problems of a task (rules/evolve.smk)
 
 
 def eval_seeds(task):
@@ -121,6 +122,19 @@ def per_attempt(rule_family, key):
     """Memory or runtime that grows with each retry (attempt 1: the configured value; 2: twice it)."""
     base = res(rule_family, key)
     return lambda wildcards, attempt: base * attempt
+
+
+def job_resources(rule_family, gpus=None):
+    """A rule's `resources:` from config.yaml's `resources.<family>`: memory and runtime growing with
+    each retry, and for rules that may take GPUs, their count (a function of the wildcards) as
+    Slurm's gpu and LSF's -gpu request."""
+    out = {"mem_mb": per_attempt(rule_family, "mem_mb"), "runtime": per_attempt(rule_family, "runtime")}
+    if gpus is not None:
+        out.update(gpu=gpus, lsf_extra=lsf_gpu_request(gpus))
+    return out
+
+
+MODEL_ENV = "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"  # rules that load a model
 
 
 def train_gpus(wildcards):

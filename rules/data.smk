@@ -11,20 +11,16 @@ rule preprocess:
         test=f"{DATA}/test.parquet",
     params:
         out=parent_dir,
-        preset=PRESET,
         # rerun when the task's data options change
         data_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["data"]),
     log:
         f"{LOGS}/preprocess/{{task}}.log",
     threads: res("preprocess", "threads")
-    resources:
-        mem_mb=per_attempt("preprocess", "mem_mb"),
-        runtime=per_attempt("preprocess", "runtime"),
-    conda:
-        "../envs/cpu.yaml"
+    resources: **job_resources("preprocess")
+    conda: "../envs/cpu.yaml"
     shell:
         "python -m vpo.cli preprocess --task {wildcards.task} --out {params.out:q} --config \"$VPO_CONFIG_SNAPSHOT\""
-        " --preset {params.preset:q} > {log} 2>&1"
+        " > {log} 2>&1"
 
 
 rule base_model:
@@ -35,17 +31,13 @@ rule base_model:
     params:
         data=lambda wc, input: os.path.dirname(input[0]),
         out=parent_dir,
-        preset=PRESET,
         trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
     log:
         f"{LOGS}/base_model/{{task}}/{{prompt}}.log",
     threads: res("base_model", "threads")
-    resources:
-        mem_mb=per_attempt("base_model", "mem_mb"),
-        runtime=per_attempt("base_model", "runtime"),
-    conda:
-        "../envs/cpu.yaml"
+    resources: **job_resources("base_model")
+    conda: "../envs/cpu.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --mode {wildcards.prompt}"
         " --data {params.data:q}"
-        " --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\" --out {params.out:q} > {log} 2>&1"
+        " --config \"$VPO_CONFIG_SNAPSHOT\" --out {params.out:q} > {log} 2>&1"

@@ -10,19 +10,13 @@ rule eval:
         metrics=f"{CELL}/eval/evalseed{{evalseed}}.json",
     params:
         data=lambda wc, input: os.path.dirname(input.test),
-        preset=PRESET,
         eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),
     log:
         f"{LOGS}/eval/{{task}}/{{method}}/seed{{seed}}/evalseed{{evalseed}}.log",
     threads: res("eval", "threads")
-    resources:
-        gpu=eval_gpus,
-        lsf_extra=lsf_gpu_request(eval_gpus),
-        mem_mb=per_attempt("eval", "mem_mb"),
-        runtime=per_attempt("eval", "runtime"),
-    conda:
-        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    resources: **job_resources("eval", gpus=eval_gpus)
+    conda: MODEL_ENV
     shell:
-        "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model} --task {wildcards.task}"
-        " --method {wildcards.method} --data {params.data:q} --seed {wildcards.evalseed} --preset {params.preset:q}"
+        "OMP_NUM_THREADS={threads} python -m vpo.cli eval --model {input.model:q} --task {wildcards.task}"
+        " --method {wildcards.method} --data {params.data:q} --seed {wildcards.evalseed}"
         " --config \"$VPO_CONFIG_SNAPSHOT\" --out {output.pool} > {log} 2>&1"

@@ -7,18 +7,14 @@ rule evolve_select:
     output:
         f"{EVOLVE}/hardest.json",
     params:
-        preset=PRESET,
         select=lambda wc: [CFG["evolve"]["n_problems"], CFG["report"]["best_at"], CFG["evolve"]["select_methods"]],
     log:
         f"{LOGS}/evolve/{{task}}/select.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli evolve select --out {output} --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\""
+        "python -m vpo.cli evolve select --out {output} --config \"$VPO_CONFIG_SNAPSHOT\""
         " {input} > {log} 2>&1"
 
 
@@ -33,23 +29,17 @@ rule evolve_search:
     params:
         data=lambda wc, input: os.path.dirname(input.test),
         out=parent_dir,
-        preset=PRESET,
         # rerun when the search or the model's sampling changes (the job also restarts its own state then)
         evolve_digest=lambda wc: settings_digest([CFG["evolve"], task_settings(CFG, wc.task)["eval"]]),
     log:
         f"{LOGS}/evolve/{{task}}/{{method}}/seed{{seed}}.log",
     threads: res("evolve", "threads")
-    resources:
-        gpu=eval_gpus,
-        lsf_extra=lsf_gpu_request(eval_gpus),
-        mem_mb=per_attempt("evolve", "mem_mb"),
-        runtime=per_attempt("evolve", "runtime"),
-    conda:
-        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    resources: **job_resources("evolve", gpus=eval_gpus)
+    conda: MODEL_ENV
     shell:
-        "OMP_NUM_THREADS={threads} python -m vpo.cli evolve search --model {input.model} --task {wildcards.task}"
+        "OMP_NUM_THREADS={threads} python -m vpo.cli evolve search --model {input.model:q} --task {wildcards.task}"
         " --method {wildcards.method} --data {params.data:q} --hardest {input.hardest} --out {params.out:q}"
-        " --preset {params.preset:q} --config \"$VPO_CONFIG_SNAPSHOT\" > {log} 2>&1"
+        " --config \"$VPO_CONFIG_SNAPSHOT\" > {log} 2>&1"
 
 
 rule aggregate_evolve:
@@ -60,16 +50,13 @@ rule aggregate_evolve:
     log:
         f"{LOGS}/report/aggregate_evolve_{{task}}.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli aggregate evolve --out {output} {input} > {log} 2>&1"
 
 
-rule evolve_table:
+rule table_evolve:
     input:
         expand(f"{AGG}/evolve_{{task}}.csv", task=TASKS),
     output:
@@ -82,13 +69,10 @@ rule evolve_table:
         methods=",".join(METHODS),
         at=",".join(str(t) for t in evolve_table_iterations()),
     log:
-        f"{LOGS}/report/evolve_table.log",
+        f"{LOGS}/report/table_evolve.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table evolve --methods {params.methods:q} --at {params.at:q} --curves {input}"
         " --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"

@@ -3,7 +3,6 @@
 # inputs and params carry the names of its tables and options, which become the command's flags
 # (plot_command and figure_files in common.smk).
 CURVE_INPUTS = {"summary": f"{RESULTS}/aggregate/summary.csv", "per_seed": f"{RESULTS}/aggregate/per_seed.csv"}
-REPORT_RESOURCES = {"mem_mb": per_attempt("report", "mem_mb"), "runtime": per_attempt("report", "runtime")}
 
 
 rule figure_pass_at_k:
@@ -12,7 +11,7 @@ rule figure_pass_at_k:
     params: methods=",".join(main_methods()), tasks=",".join(TASKS), scale=SCALE
     log: f"{LOGS}/report/figure_pass_at_k.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("pass_at_k")
 
@@ -23,7 +22,7 @@ rule figure_best_at_k:
     params: methods=",".join(main_methods()), tasks=",".join(TASKS), scale=SCALE
     log: f"{LOGS}/report/figure_best_at_k.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("best_at_k")
 
@@ -34,7 +33,7 @@ rule figure_appendix_pass_at_k:
     params: methods=",".join(METHODS), tasks=",".join(TASKS), scale=SCALE
     log: f"{LOGS}/report/figure_appendix_pass_at_k.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("appendix_pass_at_k")
 
@@ -45,7 +44,7 @@ rule figure_appendix_best_at_k:
     params: methods=",".join(METHODS), tasks=",".join(TASKS), scale=SCALE
     log: f"{LOGS}/report/figure_appendix_best_at_k.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("appendix_best_at_k")
 
@@ -56,7 +55,7 @@ rule figure_diversity_over_training:
     params: methods=",".join(diversity_methods()), tasks=",".join(TASKS), scale=SCALE
     log: f"{LOGS}/report/figure_diversity_over_training.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("diversity_over_training")
 
@@ -66,7 +65,7 @@ rule figure_mechanism_bandit:
     output: **figure_files("mechanism_bandit", "mechanism")
     log: f"{LOGS}/report/figure_mechanism_bandit.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("mechanism_bandit")
 
@@ -76,7 +75,7 @@ rule figure_mechanism_advantage:
     output: **figure_files("mechanism_advantage", "mechanism")
     log: f"{LOGS}/report/figure_mechanism_advantage.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("mechanism_advantage")
 
@@ -87,7 +86,7 @@ rule figure_evolve:
     params: task=lambda wc: wc.task, methods=",".join(METHODS), scale=SCALE
     log: f"{LOGS}/report/figure_evolve_{{task}}.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("evolve")
 
@@ -98,7 +97,7 @@ rule figure_lcb_case_study:
     params: methods=",".join(case_study_methods()), scale=SCALE
     log: f"{LOGS}/report/figure_lcb_case_study.log"
     threads: res("report", "threads")
-    resources: **REPORT_RESOURCES
+    resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("lcb_case_study")
 
@@ -117,7 +116,6 @@ rule publish_figure:
     log:
         f"{LOGS}/publish/{{name}}.log",
     localrule: True
-    conda:
-        "../envs/plot.yaml"
+    conda: "../envs/plot.yaml"
     shell:
         "cp {input} {output} > {log} 2>&1"

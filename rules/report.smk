@@ -15,11 +15,8 @@ rule aggregate:
     log:
         f"{LOGS}/report/aggregate.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli aggregate evals --out-dir {params.out:q} {input} > {log} 2>&1"
 
@@ -32,16 +29,13 @@ rule aggregate_training:
     log:
         f"{LOGS}/report/aggregate_training.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli aggregate training --out {output} {input} > {log} 2>&1"
 
 
-rule main_table:
+rule table_main:
     input:
         rules.aggregate.output.summary,
     output:
@@ -55,19 +49,16 @@ rule main_table:
         methods=",".join(METHODS),
         tasks=",".join(TASKS),
     log:
-        f"{LOGS}/report/main_table.log",
+        f"{LOGS}/report/table_main.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table main --summary {input} --best-at {params.best_at:q} --methods {params.methods:q}"
         " --tasks {params.tasks:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
 
 
-rule curve_table:
+rule table_curve:
     input:
         rules.aggregate.output.summary,
     output:
@@ -87,11 +78,8 @@ rule curve_table:
     log:
         f"{LOGS}/report/{{metric}}_{{task}}.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/plot.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table curve --metric {wildcards.metric} --task {wildcards.task} --summary {input}"
         " --methods {params.methods:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
@@ -103,11 +91,8 @@ rule mechanism_bandit:
     log:
         f"{LOGS}/report/mechanism_bandit.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/cpu.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/cpu.yaml"
     shell:
         "python -m vpo.cli mechanism bandit --out {output} > {log} 2>&1"
 
@@ -118,10 +103,7 @@ rule mechanism_advantage:
     log:
         f"{LOGS}/report/mechanism_advantage.log",
     threads: res("report", "threads")
-    resources:
-        mem_mb=per_attempt("report", "mem_mb"),
-        runtime=per_attempt("report", "runtime"),
-    conda:
-        "../envs/cpu.yaml"
+    resources: **job_resources("report")
+    conda: "../envs/cpu.yaml"
     shell:
         "python -m vpo.cli mechanism advantage --out {output} > {log} 2>&1"

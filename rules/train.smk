@@ -14,22 +14,16 @@ rule train:
         data=lambda wc, input: os.path.dirname(input.data),
         base_model=lambda wc, input: ["--base-model", os.path.dirname(input.base)] if "base" in input.keys() else [],
         backend=BACKEND,
-        preset=PRESET,
         settings_digest=cell_digest,
     log:
         f"{LOGS}/train/{{task}}/{{method}}/seed{{seed}}.log",
     threads: res("train", "threads")
-    resources:
-        gpu=train_gpus,
-        lsf_extra=lsf_gpu_request(train_gpus),
-        mem_mb=per_attempt("train", "mem_mb"),
-        runtime=per_attempt("train", "runtime"),
-    conda:
-        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    resources: **job_resources("train", gpus=train_gpus)
+    conda: MODEL_ENV
     shell:
         # a failed attempt's log is copied to <log>.failed-<UTC time>: Snakemake deletes {log} before a rerun
         "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend:q} --task {wildcards.task}"
-        " --method {wildcards.method} --seed {wildcards.seed} --preset {params.preset:q} --data {params.data:q}"
+        " --method {wildcards.method} --seed {wildcards.seed} --data {params.data:q}"
         " {params.base_model:q} --out {params.out:q} --config \"$VPO_CONFIG_SNAPSHOT\" > {log} 2>&1"
         " || {{ status=$?; cp {log:q} {log:q}.failed-$(date -u +%Y%m%dT%H%M%S); exit $status; }}"
 
@@ -44,10 +38,7 @@ rule merge:
     log:
         f"{LOGS}/merge/{{task}}/{{method}}/seed{{seed}}.log",
     threads: res("merge", "threads")
-    resources:
-        mem_mb=per_attempt("merge", "mem_mb"),
-        runtime=per_attempt("merge", "runtime"),
-    conda:
-        "../envs/gpu.yaml" if BACKEND == "verl" else "../envs/cpu.yaml"
+    resources: **job_resources("merge")
+    conda: MODEL_ENV
     shell:
         "python -m vpo.cli merge --run {params.run:q} > {log} 2>&1"

@@ -192,12 +192,12 @@ def job_counts(output):
 
 
 PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggregate": 1, "aggregate_training": 1,
-                "main_table": 1, "curve_table": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
+                "table_main": 1, "table_curve": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
                 "figure_diversity_over_training": 1, "mechanism_bandit": 1, "figure_mechanism_bandit": 1,
                 "mechanism_advantage": 1, "figure_mechanism_advantage": 1,
                 # evolutionary search: per task the hardest problems, 9 x 3 searches, curves, figure
                 "evolve_select": 5, "evolve_search": 135, "aggregate_evolve": 5, "figure_evolve": 5,
-                "figure_lcb_case_study": 1, "evolve_table": 1,
+                "figure_lcb_case_study": 1, "table_evolve": 1,
                 "figure_appendix_pass_at_k": 1, "figure_appendix_best_at_k": 1,  # all nine methods
                 "publish_figure": 26,  # figures/<name>: copies of the 13 figures, PDF and PNG
                 "all": 1, "total": 773}
