@@ -182,7 +182,7 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     t0 = time.time()
     task, method = resolve(task_name), get_method(method_name)
     budget = int(eval_settings["budget"])
-    goal_mode = str(eval_settings.get("goal_weights", "per_problem"))
+    goal_mode = str(eval_settings["goal_weights"])
     slots = m if method.multi_answer else 1  # candidates per chain
     if (method.multi_answer or (method.prompt == "goal" and goal_mode == "per_chain")) and budget % m:
         raise ValueError(f"eval budget {budget} is not a multiple of m={m}; set task_settings.{task_name}.eval.budget")
@@ -218,7 +218,7 @@ def generation_backend(cfg: dict, requested: str | None) -> str:
     from vpo.config import trains_tiny_base
 
     backend = requested or ("transformers" if trains_tiny_base(cfg) else "vllm")
-    threads = int((cfg.get("local_trainer") or {}).get("threads", 1))
+    threads = int(cfg["local_trainer"]["threads"])
     if backend == "transformers" and threads > 0:
         import torch
 
