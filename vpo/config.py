@@ -88,102 +88,12 @@ def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str
 
 
 def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
-    """Rules spanning several keys, which the schema cannot express."""
-    problems = []
-    for task in cfg["tasks"]:
-        if task not in cfg["task_settings"]:
-            problems.append(
-                f"tasks: '{task}' has no settings; add task_settings.{task} "
-                "(data, m, model, max_prompt_length, max_response_length, epochs, gpus, eval) "
-                "or remove it from tasks"
-            )
-    for method in cfg["methods"]:
-        if method not in cfg["method_settings"]:
-            problems.append(f"methods: '{method}' has no settings; add method_settings.{method} (may be {{}})")
-    for task in cfg["tasks"]:
-        settings = cfg["task_settings"].get(task)
-        if settings is None:
-            continue
-        budget = settings["eval"]["budget"]
-        if cfg["report"]["best_at"] > budget:
-            problems.append(
-                f"report.best_at: {cfg['report']['best_at']} exceeds task_settings.{task}.eval.budget "
-                f"({budget}); lower report.best_at or raise the budget"
-            )
-        if cfg["backend"] == "verl" and settings["gpus"] < 1:
-            problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
-    absent = [m for m in cfg["evolve"]["select_methods"] if m not in cfg["methods"]]
-    if absent:
-        problems.append(f"evolve.select_methods: {absent} are not in methods {cfg['methods']}, so they have no "
-                        "evaluation pools to choose the search's problems from; add them to methods or drop them")
-    problems += _method_problems(cfg) + _task_problems(cfg)
+    """Rules spanning several keys, which the schema cannot express (vpo/config_checks.py)."""
+    from vpo.config_checks import cross_key_problems
+
+    problems = cross_key_problems(cfg, REPO_ROOT)
     if problems:
         raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))
-
-
-def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """Settings a method's estimator does not take."""
-    from vpo.advantage import setting_keys
-
-    problems = []
-    for name in cfg["methods"]:
-        takes, given = setting_keys(name), set(cfg["method_settings"].get(name) or {})
-        if "alpha" in takes - given:  # read without a default wherever it is used
-            problems.append(f"method_settings.{name}.alpha: {name} draws Dirichlet weights; set their alpha (paper: 1.0)")
-        for key in sorted(given - takes):
-            problems.append(f"method_settings.{name}.{key}: {name} does not take '{key}'; it takes "
-                            f"{', '.join(sorted(takes)) or 'nothing'}")
-    return problems + _max_at_k_problems(cfg) + _budget_problems(cfg)
-
-
-def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """A Max@k subset that does not fit the group size of the trainer (each veRL batch preset auto may pick)."""
-    from vpo.advantage import max_at_k_subset
-
-    if "max_at_k" not in cfg["methods"]:
-        return []
-    if cfg["backend"] == "local":
-        groups = {"local_trainer.rollouts_per_prompt": cfg["local_trainer"]["rollouts_per_prompt"]}
-    else:
-        batch, presets = cfg["verl"]["batch_preset"], cfg["verl"]["batch_presets"]
-        chosen = presets if batch == "auto" else {batch: presets.get(batch, {})}
-        groups = {f"verl.batch_presets.{b}.rollout_n": p.get("rollout_n") for b, p in chosen.items()}
-    k = (cfg["method_settings"].get("max_at_k") or {}).get("k")
-    return [f"method_settings.max_at_k.k: a subset of {max_at_k_subset(n, k)} does not fit a group of {where} = {n} "
-            "rollouts (needs 1 <= k <= n - 1)"
-            for where, n in groups.items() if n is not None and not 1 <= max_at_k_subset(n, k) <= n - 1]
-
-
-def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """An evaluation budget that groups of m do not fill exactly: chains of m answers, or m samples per
-    shown weight vector (goal-conditioned methods with eval.goal_weights per_chain)."""
-    from vpo.methods import get_method
-
-    problems = []
-    for task in cfg["tasks"]:
-        settings = cfg["task_settings"].get(task) or {}
-        budget, m = settings.get("eval", {}).get("budget"), settings.get("m")
-        per_chain = settings.get("eval", {}).get("goal_weights") == "per_chain"
-        grouped = [name for name in cfg["methods"]
-                   if get_method(name).multi_answer or (per_chain and get_method(name).prompt == "goal")]
-        if grouped and budget and m and budget % m:
-            problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole groups of "
-                            f"m = {m} ({', '.join(grouped)} fill the pool m at a time); use a multiple of {m}")
-    return problems
-
-
-def _task_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """Tasks that no installed plugin provides; data settings and prompt templates a task refuses."""
-    from vpo.task import ENTRY_POINT_GROUP, TASKS
-    from vpo.templates import template_problems
-
-    problems = [f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
-                f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"
-                for task in cfg["tasks"] if task not in TASKS]
-    for task in (t for t in cfg["tasks"] if t in TASKS and t in cfg["task_settings"]):
-        settings = cfg["task_settings"][task]
-        problems += TASKS[task].data_problems(settings["data"]) + template_problems(TASKS[task], settings, REPO_ROOT)
-    return problems
 
 
 NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
