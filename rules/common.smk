@@ -1,5 +1,6 @@
 # Config, grid, paths and targets shared by every rule file. Logic lives in vpo/; this stays thin.
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -69,7 +70,7 @@ shell.prefix(f"set -euo pipefail; {_python_dir}export VPO_CONFIG_SNAPSHOT={shlex
 
 wildcard_constraints:
     task="|".join(TASKS),
-    method="|".join(METHODS),
+    method="|".join(re.escape(m) for m in METHODS),  # variant names may hold dots
     seed=r"\d+",
     evalseed=r"\d+",
     prompt="|".join(PROMPT_KINDS),

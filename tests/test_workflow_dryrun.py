@@ -149,7 +149,7 @@ def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
 
 
 @pytest.mark.parametrize("config, key, words", [
-    ({"methods": ["grpo", "vpo", "reinforce"]}, "methods[2]", "'reinforce' is not one of"),
+    ({"methods": ["grpo", "vpo", "reinforce"]}, "methods", "'reinforce' is neither a method"),
     ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
     ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
     ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell

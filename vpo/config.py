@@ -169,8 +169,20 @@ def resolve_config(
         # keeps the overrides instead of re-applying the preset over them
         cfg["presets"] = {**raw["presets"], name: deep_merge(raw["presets"][name], overrides)}
     validate(cfg, source=source, stage=f"after applying preset '{name}'")
+    register_variants(cfg, source)
     _check_cross_keys(cfg, source)
     return cfg
+
+
+def register_variants(cfg: Mapping[str, Any], source: str = DEFAULT_CONFIG) -> None:
+    """Add the config's method variants to the method table of this process (`vpo.methods`)."""
+    from vpo.methods import register_variant
+
+    for name, variant in (cfg.get("variants") or {}).items():
+        try:
+            register_variant(name, variant["method"], variant.get("label"))
+        except ValueError as err:
+            raise ConfigError(f"invalid config ({source}): variants.{name}: {err}") from None
 
 
 def load_config(
@@ -218,11 +230,20 @@ def task_settings(cfg: Mapping[str, Any], task: str) -> dict[str, Any]:
 
 
 def method_settings(cfg: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The resolved estimator settings of one method (alpha, sampler, n_weights, ...)."""
-    try:
-        return cfg["method_settings"][method]
-    except KeyError:
-        raise ConfigError(f"method_settings.{method} is missing; known: {', '.join(cfg['method_settings'])}") from None
+    """The resolved estimator settings of one method (alpha, sampler, n_weights, ...); a variant's are
+    its method's with the variant's `settings` merged over them."""
+    variant = (cfg.get("variants") or {}).get(method)
+    base = variant["method"] if variant else method
+    if base not in cfg["method_settings"]:
+        raise ConfigError(f"method_settings.{base} is missing; known: {', '.join(cfg['method_settings'])}")
+    return deep_merge(cfg["method_settings"][base], (variant or {}).get("settings") or {})
+
+
+def answers_per_rollout(cfg: Mapping[str, Any], task: str, method: str) -> int:
+    """m of a cell: the variant's `m` if it sets one, else task_settings.<task>.m (multi-answer methods
+    write m answers; single-answer methods one, whatever this says)."""
+    variant = (cfg.get("variants") or {}).get(method) or {}
+    return int(variant.get("m") or task_settings(cfg, task)["m"])
 
 
 def verl_settings(cfg: Mapping[str, Any]):
@@ -242,7 +263,8 @@ def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, A
     trainer_block = "local_trainer" if cfg["backend"] == "local" else "verl"
     return {
         "backend": cfg["backend"],
-        "task": {key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
+        "task": {**{key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
+                 "m": answers_per_rollout(cfg, task, method)},
         "method": method_settings(cfg, method),
         "trainer": cfg.get(trainer_block, {}),
     }

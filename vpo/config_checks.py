@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from vpo.methods import METHODS
+
 
 def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     """Every problem of a resolved config that spans several keys, one message each naming the key
@@ -22,9 +24,15 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
                 "(data, m, model, max_prompt_length, max_response_length, epochs, gpus, eval) "
                 "or remove it from tasks"
             )
+    variants = cfg.get("variants") or {}
     for method in cfg["methods"]:
-        if method not in cfg["method_settings"]:
-            problems.append(f"methods: '{method}' has no settings; add method_settings.{method} (may be {{}})")
+        if method not in METHODS:
+            problems.append(f"methods: '{method}' is neither a method ({', '.join(m for m in METHODS if METHODS[m].base is None)}) "
+                            "nor a variant named under `variants`")
+        elif (variants.get(method) or {}).get("method", method) not in cfg["method_settings"]:
+            base = (variants.get(method) or {}).get("method", method)
+            problems.append(f"methods: '{method}' has no settings; add method_settings.{base} (may be {{}})")
+    problems += _variant_problems(variants)
     for task in cfg["tasks"]:
         settings = cfg["task_settings"].get(task)
         if settings is None:
@@ -44,13 +52,32 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     return problems + _method_problems(cfg) + _task_problems(cfg, project)
 
 
+def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
+    """Variant settings their method does not take, and m on a method that writes one answer."""
+    from vpo.advantage import setting_keys
+    from vpo.methods import get_method
+
+    problems = []
+    for name, variant in variants.items():
+        takes = setting_keys(variant["method"])
+        for key in sorted(set(variant.get("settings") or {}) - takes):
+            problems.append(f"variants.{name}.settings.{key}: {variant['method']} does not take '{key}'; it takes "
+                            f"{', '.join(sorted(takes)) or 'nothing'}")
+        if "m" in variant and not get_method(variant["method"]).multi_answer:
+            problems.append(f"variants.{name}.m: {variant['method']} writes one answer per rollout; m is for "
+                            "multi-answer methods (multi_rlvr, vpo)")
+    return problems
+
+
 def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Settings a method's estimator does not take."""
     from vpo.advantage import setting_keys
 
     problems = []
-    for name in cfg["methods"]:
-        takes, given = setting_keys(name), set(cfg["method_settings"].get(name) or {})
+    variants = cfg.get("variants") or {}
+    for name in (m for m in cfg["methods"] if m in METHODS):
+        base, changed = (variants[name]["method"], variants[name].get("settings") or {}) if name in variants else (name, {})
+        takes, given = setting_keys(name), set(cfg["method_settings"].get(base) or {}) | set(changed)
         if "alpha" in takes - given:  # read without a default wherever it is used
             problems.append(f"method_settings.{name}.alpha: {name} draws Dirichlet weights; set their alpha (paper: 1.0)")
         for key in sorted(given - takes):
@@ -83,15 +110,19 @@ def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
     from vpo.methods import get_method
 
     problems = []
+    variants = cfg.get("variants") or {}
     for task in cfg["tasks"]:
         settings = cfg["task_settings"].get(task) or {}
-        budget, m = settings.get("eval", {}).get("budget"), settings.get("m")
+        budget = settings.get("eval", {}).get("budget")
         per_chain = settings.get("eval", {}).get("goal_weights") == "per_chain"
-        grouped = [name for name in cfg["methods"]
-                   if get_method(name).multi_answer or (per_chain and get_method(name).prompt == "goal")]
-        if grouped and budget and m and budget % m:
-            problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole groups of "
-                            f"m = {m} ({', '.join(grouped)} fill the pool m at a time); use a multiple of {m}")
+        by_m: dict[int, list[str]] = {}  # each method's m (a variant's own, else the task's)
+        for name in (n for n in cfg["methods"] if n in METHODS):
+            if get_method(name).multi_answer or (per_chain and get_method(name).prompt == "goal"):
+                by_m.setdefault(int((variants.get(name) or {}).get("m") or settings.get("m") or 1), []).append(name)
+        for m, grouped in sorted(by_m.items()):
+            if budget and budget % m:
+                problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole groups of "
+                                f"m = {m} ({', '.join(grouped)} fill the pool m at a time); use a multiple of {m}")
     return problems
 
 

@@ -228,14 +228,14 @@ def generation_backend(cfg: dict, requested: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import load_config, method_settings, task_settings
+    from vpo.config import answers_per_rollout, load_config, method_settings, task_settings
 
     cfg = load_config(args.config, args.preset)
     settings = task_settings(cfg, args.task)
     backend = generation_backend(cfg, args.backend)
     train_seed = args.train_seed if args.train_seed is not None else parse_train_seed(args.model)
     payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
-                       eval_settings=settings["eval"], m=int(settings["m"]), train_seed=train_seed,
+                       eval_settings=settings["eval"], m=answers_per_rollout(cfg, args.task, args.method), train_seed=train_seed,
                        backend=backend, n_problems=args.n_problems, batch_size=args.batch_size,
                        alpha=method_settings(cfg, args.method).get("alpha"))
     budget = payload["budget"]

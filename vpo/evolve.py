@@ -277,7 +277,7 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
     import pandas as pd
 
     from vpo.atomic import atomic_file, write_json_atomic
-    from vpo.config import method_settings, settings_digest, task_settings
+    from vpo.config import answers_per_rollout, method_settings, settings_digest, task_settings
     from vpo.data import read_rows
     from vpo.methods import get_method
     from vpo.prompts import prepare_row
@@ -287,7 +287,7 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
     settings = EvolveSettings.from_config(cfg)
     task, method = resolve(task_name), get_method(method_name)
     task_cfg = task_settings(cfg, task_name)
-    m = int(task_cfg["m"]) if method.multi_answer else 1
+    m = answers_per_rollout(cfg, task_name, method_name) if method.multi_answer else 1
     sampling = {"temperature": task_cfg["eval"]["temperature"], "top_p": task_cfg["eval"]["top_p"],
                 "max_new_tokens": task_cfg["eval"]["max_new_tokens"]["multi" if method.multi_answer else "single"]}
     chosen = [p["problem"] for p in json.loads(Path(hardest).read_text())["problems"]]

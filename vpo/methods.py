@@ -7,6 +7,7 @@ the reward function and the evaluation read this one table.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 REWARD_KINDS = ("scalar", "channels", "matrix", "sum", "weighted")
@@ -29,6 +30,7 @@ class Method:
     # its look in every figure: colour, line style, marker (Okabe-Ito colours, told apart with the
     # common colour-vision deficiencies; style and marker separate the lines in greyscale too)
     style: tuple[str, str, str] = UNSTYLED
+    base: str | None = None  # a variant (config.yaml `variants`): the table method it varies
 
     def __post_init__(self) -> None:
         if self.reward not in REWARD_KINDS:
@@ -83,3 +85,16 @@ def get_method(name: str | Method) -> Method:
         return METHODS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}") from None
+
+
+def register_variant(name: str, base: str, label: str | None = None) -> Method:
+    """Add a variant to the table: method `base` under `name` (its own cells, runs and label), with
+    the settings config.yaml's `variants.<name>` gives it. Every process that reads the config
+    registers its variants (`vpo.config`); the config read last defines a variant's name."""
+    parent = get_method(base)
+    if parent.base is not None:
+        raise ValueError(f"variant {name!r}: {base!r} is itself a variant; vary a method of the table")
+    if name in METHODS and METHODS[name].base is None:
+        raise ValueError(f"variant {name!r} is already a method of the table; choose another name")
+    METHODS[name] = dataclasses.replace(parent, name=name, base=parent.name, label=label or f"{parent.label} ({name})")
+    return METHODS[name]

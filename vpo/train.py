@@ -84,7 +84,7 @@ def check_inputs(args, backend: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import cell_digest, load_config, method_settings, task_settings
+    from vpo.config import answers_per_rollout, cell_digest, load_config, method_settings
     from vpo.methods import get_method
     from vpo.task import resolve
 
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     spec = RunSpec(
         task=args.task, method=args.method, seed=args.seed, data_dir=args.data, base_model=args.base_model,
         out_dir=args.out, settings=settings, method_settings=dict(method_settings(cfg, args.method)),
-        m=int(task_settings(cfg, args.task)["m"]), preset=cfg["preset"], config_hash=digest, wandb=cfg.get("wandb"),
+        m=answers_per_rollout(cfg, args.task, args.method), preset=cfg["preset"], config_hash=digest, wandb=cfg.get("wandb"),
     )
     result = train_local(spec)
     path = write_train_json(args.out, cfg, backend="local", task=args.task, method=args.method, seed=args.seed,

@@ -124,7 +124,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
 
     model: a local model directory that replaces the task's `model` (the CPU device trains the
     tiny base model of the method's prompt form)."""
-    from vpo.config import method_settings, task_settings, verl_settings
+    from vpo.config import answers_per_rollout, method_settings, task_settings, verl_settings
     from vpo.methods import get_method
     from vpo.verl_ext.estimators import estimator_for_method
 
@@ -139,7 +139,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         model = str(Path(model).expanduser().resolve())
     preset_name, batch = choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
-    m = int(tset["m"]) if spec.multi_answer else 1
+    m = answers_per_rollout(cfg, task, method) if spec.multi_answer else 1
     prompt_len = int(tset["max_prompt_length"][spec.length_kind])
     response_len = int(tset["max_response_length"][spec.length_kind])
     name = run_name(task, method, seed)
@@ -152,7 +152,8 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         f"data.max_response_length={response_len}",
         f"data.train_batch_size={batch.train_batch_size}",
         f"data.seed={seed}",
-        f"data.vpo.method={method}",
+        # a variant runs as its method (veRL's workers read no config); its name stays in the run's paths
+        f"data.vpo.method={spec.base or method}",
         f"data.vpo.m={m}",
         f"data.vpo.seed={seed}",
         f"data.vpo.alpha={_override_value(method_settings(cfg, method).get('alpha'))}",  # null: no weights
@@ -163,7 +164,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={batch.micro_batch_per_gpu}",
         f"algorithm.adv_estimator={estimator}",
-        f"algorithm.vpo.method={method}",
+        f"algorithm.vpo.method={spec.base or method}",
         f"algorithm.vpo.seed={seed}",
     ]
     for key, value in sorted(method_settings(cfg, method).items()):

@@ -99,7 +99,7 @@ def check_with_verl(command: CellCommand) -> None:
 
 def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellCommand, *, with_verl: bool = True) -> None:
     """Every check that can fail before Ray starts; raises PreflightError naming the problem."""
-    from vpo.config import task_settings, verl_settings
+    from vpo.config import answers_per_rollout, task_settings, verl_settings
     from vpo.methods import get_method
 
     spec = get_method(method)
@@ -108,7 +108,7 @@ def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellComma
     if not VERL_CONFIG_DIR.joinpath(f"{CONFIG_NAME}.yaml").is_file():
         raise PreflightError(f"{VERL_CONFIG_DIR}/{CONFIG_NAME}.yaml is missing: run from a checkout of the project")
     check_files(command)
-    m = int(tset["m"]) if spec.multi_answer else 1
+    m = answers_per_rollout(cfg, task, method) if spec.multi_answer else 1
     check_sizes(command, m, int(tset["max_response_length"][spec.length_kind]), settings.min_tokens_per_answer)
     check_device(settings.device, command.gpus)  # after the checks of the cell itself
     if with_verl:
