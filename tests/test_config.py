@@ -67,7 +67,7 @@ def test_overrides_merge_last(raw):
     (lambda c: c.__setitem__("seeds", [0, -1]), "seeds[1]", "less than the minimum of 0"),
     (lambda c: c["tasks"].append("chess"), "tasks", "'chess' has no settings; add task_settings.chess"),
     (lambda c: c["task_settings"]["maze"].pop("m"), "task_settings.maze", "'m' is a required property"),
-    (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", "30"), "task_settings.maze.eval.budget",
+    (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", "thirty"), "task_settings.maze.eval.budget",
      "is not of type 'integer'"),
     (lambda c: c.__setitem__("seed", [0]), "<top level>", "('seed' was unexpected)"),
     (lambda c: c["method_settings"]["vpo"].__setitem__("sampler", "halton"), "method_settings.vpo.sampler",
@@ -190,6 +190,9 @@ def test_command_line_numbers_in_lists_are_numbers(raw):
     cfg = resolve_config({**raw, "seeds": ["0", "2"]}, "paper")  # what `--config seeds=[0,2]` hands over
     assert cfg["seeds"] == [0, 2]
     assert numbers_in_lists({"a": ["1.5", "x1", "-3", "1e-3", "2025-02-01"]}) == {"a": [1.5, "x1", -3, 1e-3, "2025-02-01"]}
+    # nested mappings from --config arrive as text too
+    assert numbers_in_lists({"v": {"m": "2", "settings": {"alpha": "0.3", "on": "true", "path": "null", "d": "2025-02-01"}}}) \
+        == {"v": {"m": 2, "settings": {"alpha": 0.3, "on": True, "path": None, "d": "2025-02-01"}}}
 
 
 def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):

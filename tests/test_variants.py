@@ -100,3 +100,21 @@ def test_the_plan_gives_a_variant_its_own_cells(tmp_path):
     cells = {p.split("/")[4] for p in planned if p.startswith("results/cpu/runs/maze/")}
     assert cells == {"grpo", "vpo", "vpo_alpha_0.3"}
     assert "results/cpu/runs/maze/vpo_alpha_0.3/seed2/eval/evalseed0.json" in planned
+
+
+def test_vpo_train_knows_the_variants_of_its_config(raw, tmp_path):
+    """`vpo train` reads the config before it looks the method up, so a variant is a known name there."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.parquet").touch()
+    done = subprocess.run([sys.executable, "-m", "vpo.cli", "train", "--backend", "verl", "--print-command",
+                           "--task", "maze", "--method", "vpo_sobol", "--seed", "0", "--data", str(tmp_path / "data"),
+                           "--out", str(tmp_path / "run"), "--config", str(config), "--preset", "paper"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "algorithm.vpo.method=vpo " in done.stdout and "++algorithm.vpo.settings.sampler=sobol" in done.stdout
+    assert "trainer.experiment_name=vpo_sobol_maze_seed0" in done.stdout

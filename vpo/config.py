@@ -99,14 +99,22 @@ def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
 NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
 
 
+WORDS = {"true": True, "false": False, "null": None}
+
+
 def numbers_in_lists(value: Any) -> Any:
-    """A copy where list items that are numbers written as text become numbers: Snakemake hands
-    `--config seeds=[0]` over as ["0"]. No list of the config holds text that reads as a number."""
+    """A copy where text inside lists and mappings that reads as a number, true, false or null becomes
+    that value: Snakemake reads the structures of `--config` as text (`seeds=[0]` gives ["0"],
+    `variants={"v": {"m": 2}}` gives "2"). No value of the config is text that reads as one of them."""
+    def typed(v: Any) -> Any:
+        if isinstance(v, str) and NUMBER.match(v):
+            return int(v) if re.fullmatch(r"[+-]?\d+", v) else float(v)
+        return WORDS[v] if isinstance(v, str) and v in WORDS else numbers_in_lists(v)
+
     if isinstance(value, Mapping):
-        return {k: numbers_in_lists(v) for k, v in value.items()}
+        return {k: typed(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [(int(v) if re.fullmatch(r"[+-]?\d+", v) else float(v)) if isinstance(v, str) and NUMBER.match(v)
-                else numbers_in_lists(v) for v in value]
+        return [typed(v) for v in value]
     return value
 
 

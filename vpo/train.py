@@ -88,9 +88,9 @@ def run(args: argparse.Namespace) -> int:
     from vpo.methods import get_method
     from vpo.task import resolve
 
-    resolve(args.task)  # unknown names fail before the config is read
-    get_method(args.method)
+    resolve(args.task)  # an unknown task fails before the config is read
     cfg = load_config(args.config, args.preset)
+    get_method(args.method)  # after the config, which registers its method variants
     backend = args.backend or cfg["backend"]
     check_inputs(args, backend)
     if backend == "verl":
