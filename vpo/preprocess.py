@@ -66,29 +66,24 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The task's data settings: config (if any) < flags < --set."""
-    settings: dict[str, Any] = {}
-    if args.config:
-        from vpo.config import load_config, task_settings
-
-        cfg = load_config(args.config, args.preset)
-        settings.update(task_settings(cfg, args.task).get("data", {}))
-    for dest, name in FLAG_SETTINGS.items():
-        if getattr(args, dest, None) is not None:
-            settings[name] = getattr(args, dest)
-    from vpo.config import deep_merge
-
-    return deep_merge(settings, _parse_set(args.set))
-
-
-def prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """task_settings.<task>.prompts of --config ({} without one): the prompt templates."""
+def task_block(args: argparse.Namespace) -> dict[str, Any]:
+    """task_settings.<task> of --config, read once ({} without one)."""
     if not args.config:
         return {}
     from vpo.config import load_config, task_settings
 
-    return task_settings(load_config(args.config, args.preset), args.task).get("prompts") or {}
+    return task_settings(load_config(args.config, args.preset), args.task)
+
+
+def settings_from_args(args: argparse.Namespace, block: dict[str, Any]) -> dict[str, Any]:
+    """The task's data settings: the config's task block (if any) < flags < --set."""
+    from vpo.config import deep_merge
+
+    settings: dict[str, Any] = dict(block.get("data") or {})
+    for dest, name in FLAG_SETTINGS.items():
+        if getattr(args, dest, None) is not None:
+            settings[name] = getattr(args, dest)
+    return deep_merge(settings, _parse_set(args.set))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,9 +98,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"vpo preprocess: {err}") from None
     start = time.perf_counter()
     try:
-        settings = settings_from_args(args)
+        block = task_block(args)
+        settings = settings_from_args(args, block)
         # a relative template path names a file of the project, the directory config.yaml is in
-        templates = read_templates(task, prompt_settings(args), Path(args.config).parent if args.config else None)
+        templates = read_templates(task, block.get("prompts"), Path(args.config).parent if args.config else None)
         train_path, test_path = task.preprocess(args.out, settings)
         if templates:
             for split, path in (("train", train_path), ("test", test_path)):

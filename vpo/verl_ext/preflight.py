@@ -25,7 +25,7 @@ def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
         raise PreflightError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
     if task not in (cfg.get("task_settings") or {}):
         raise PreflightError(f"unknown task {task!r}: config.yaml has task_settings for {', '.join(cfg['task_settings'])}")
-    base = ((cfg.get("variants") or {}).get(method) or {}).get("method", method)  # a variant's settings are its method's
+    base = METHODS[method].base or method  # a variant's settings are its method's
     if base not in (cfg.get("method_settings") or {}):
         raise PreflightError(f"method {base!r} has no method_settings entry in config.yaml; add `{base}: {{}}`")
 
