@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from vpo.advantage import (
     ESTIMATORS,
+    advantage_draw_spread,
     advantage_for_method,
     gdpo_advantage,
     get_estimator,
@@ -362,3 +363,42 @@ def test_vpo_all_empty_group_and_k1_group():
     std = math.sqrt(((0.2**2) * 2 + 0.4**2) / 3)
     np.testing.assert_allclose(adv[2:], np.array([-0.2, 0.4, -0.2]) / (std + 1e-6))
     assert diag["vpo/zero_std_group_frac"] == 0.5
+
+
+# ---- vpo/advantage_draw_std: the advantage's Monte Carlo noise over weight draws ---------------
+def _batch(seed=0, groups=8, size=8, m=3, k=4):
+    rng = np.random.default_rng(seed)
+    return [rng.random((m, k)).round(1) for _ in range(groups * size)], np.repeat(np.arange(groups), size)
+
+
+def test_draw_spread_is_zero_when_weights_cannot_matter():
+    # k = 1: every weight is [1], so each draw gives the same advantages
+    subs = [np.array([[0.2], [0.9]]), np.array([[0.5]]), np.array([[0.1]]), np.array([[0.7], [0.3]])]
+    _, diag = vpo_advantage(subs, [0, 0, 1, 1], n_weights=10, rng=3)
+    assert diag["vpo/advantage_draw_std"] == 0.0
+
+
+def test_draw_spread_shrinks_like_one_over_root_w_and_sobol_is_smaller():
+    subs, gid = _batch()
+    spread = {(s, w): vpo_advantage(subs, gid, n_weights=w, sampler=s, rng=1)[1]["vpo/advantage_draw_std"]
+              for s in ("naive", "sobol") for w in (25, 400)}
+    # i.i.d. Monte Carlo: 16x the weights, about a quarter of the spread (between a sixth and a half)
+    assert spread["naive", 400] / 6 < spread["naive", 25] / 4 < spread["naive", 400] * 2
+    assert spread["sobol", 25] < spread["naive", 25] and spread["sobol", 400] < spread["naive", 400]
+
+
+def test_draw_spread_does_not_advance_the_training_draw():
+    subs, gid = _batch(seed=2)
+    used, fresh = np.random.default_rng(5), np.random.default_rng(5)
+    raw = vpo_raw_scores(subs, gid, n_weights=50, rng=fresh)
+    _, diag = vpo_advantage(subs, gid, n_weights=50, rng=used)
+    assert used.random() == fresh.random()  # the diagnostic drew from its own generator
+    again = advantage_draw_spread(subs, gid, raw, n_weights=50, alpha=1.0, sampler="naive")
+    assert again == diag["vpo/advantage_draw_std"] > 0  # seeded by the raw scores: reproducible
+
+
+def test_given_weights_report_no_draw_spread():
+    subs, gid = _batch(groups=2, size=3, k=2)
+    weights = {g: np.full((4, 2), 0.5) for g in (0, 1)}
+    _, diag = vpo_advantage(subs, gid, weights=weights)
+    assert "vpo/advantage_draw_std" not in diag

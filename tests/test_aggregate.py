@@ -127,8 +127,8 @@ def make_cell(root, task, method, seed, lines):
 
 def test_both_metrics_line_formats(tmp_path):
     local = make_cell(tmp_path, "maze", "vpo", 0, [
-        json.dumps({"step": 1, "pool_diversity": 0.2, "score_mean": 0.1}) + "\n",
-        json.dumps({"step": 2, "pool_diversity": 0.4}) + "\n",
+        json.dumps({"step": 1, "pool_diversity": 0.2, "score_mean": 0.1, "vpo/advantage_draw_std": 0.05}) + "\n",
+        json.dumps({"step": 2, "pool_diversity": 0.4, "vpo/advantage_draw_std": 0.03}) + "\n",
         '{"step": 3, "pool_div',  # cut off by a killed trainer: ignored
     ])
     verl = make_cell(tmp_path, "maze", "vpo", 1, [  # veRL's file logger: {"step", "data": {...}}
@@ -137,8 +137,11 @@ def test_both_metrics_line_formats(tmp_path):
         json.dumps({"step": 2, "data": {"val-core/maze/acc/mean@3": 0.5}}) + "\n",  # no diversity: skipped
     ])
     curves = aggregate_training([local, verl])
-    assert curves.values.tolist() == [["maze", "vpo", 0, 1, 0.2], ["maze", "vpo", 0, 2, 0.4],
-                                      ["maze", "vpo", 1, 1, 0.6], ["maze", "vpo", 1, 2, 0.8]]
+    assert curves.iloc[:, :5].values.tolist() == [["maze", "vpo", 0, 1, 0.2], ["maze", "vpo", 0, 2, 0.4],
+                                                  ["maze", "vpo", 1, 1, 0.6], ["maze", "vpo", 1, 2, 0.8]]
+    # the advantage's spread over weight draws where it is logged, NaN where not
+    assert curves.advantage_draw_std.tolist()[:2] == [0.05, 0.03] and curves.advantage_draw_std[2:].isna().all()
+    assert training_curve_stats(curves, "advantage_draw_std")["mean"].tolist()[:2] == pytest.approx([0.05, 0.03])
     stats = training_curve_stats(curves)
     # step 1: (0.2, 0.6) -> mean 0.4, stderr std(ddof 1)=0.2828427 / sqrt 2 = 0.2
     step1 = stats[stats.step == 1].iloc[0]

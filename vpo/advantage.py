@@ -11,6 +11,7 @@ call both trainers make: it picks the estimator and its input from the method ta
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 from functools import lru_cache
@@ -97,9 +98,8 @@ def vpo_advantage(
     Returns: advantages float64 (B,), diagnostics dict of floats.
     """
     raw, pool_best, rows, codes, n_groups = vpo_scores(sub_scores, group_ids, n_weights, alpha, sampler, rng, weights)
-    _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)
+    adv, mean, std = _z_normalise(raw, codes, n_groups, eps)
     flat = std < eps
-    adv = np.where(flat[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps))
     # Means over prompt groups, as the authors log them (docs/metrics.md defines every key).
     diagnostics = {
         "vpo/pool_size_mean": float(np.bincount(codes, weights=rows, minlength=n_groups).mean()) if n_groups else 0.0,
@@ -110,7 +110,42 @@ def vpo_advantage(
         "vpo/zero_std_group_frac": float(flat.mean()) if n_groups else 0.0,
         "vpo/sampler_code": 0.0 if canonical_sampler(sampler) == "naive" else 1.0,
     }
+    if weights is None:  # given weights are not a draw: no spread to measure
+        diagnostics["vpo/advantage_draw_std"] = advantage_draw_spread(
+            sub_scores, group_ids, raw, n_weights=n_weights, alpha=alpha, sampler=sampler, eps=eps)
     return adv, diagnostics
+
+
+def _z_normalise(raw: np.ndarray, codes: np.ndarray, n_groups: int, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B,) raw scores -> (advantages (B,), group means (G,), population stds (G,)); a group with std < eps gets 0."""
+    _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)
+    return np.where((std < eps)[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps)), mean, std
+
+
+DRAW_REPEATS = 4  # independent weight draws behind vpo/advantage_draw_std
+
+
+def advantage_draw_spread(sub_scores: Sequence[Any], group_ids: Sequence[Any] | np.ndarray, raw: np.ndarray, *,
+                          n_weights: int, alpha: float, sampler: str, eps: float = 1e-6,
+                          repeats: int = DRAW_REPEATS) -> float:
+    """How much a batch's VPO advantages depend on which weights were drawn: the advantages computed
+    with `repeats` independent draws of each group's n_weights weights, their standard deviation
+    (ddof=1) over the draws per rollout, averaged over the B rollouts. The Monte Carlo noise the
+    Sobol sampler is meant to reduce.
+
+    raw: (B,) the batch's raw scores from the training draw; they seed the draws here (a hash of
+    their bytes), so the training draw's generator is not advanced and a rerun measures the same.
+    Returns: a float (0 for an empty batch).
+    """
+    if len(raw) == 0:
+        return 0.0
+    seed = int.from_bytes(hashlib.blake2b(np.ascontiguousarray(raw).tobytes(), digest_size=8).digest(), "little")
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(repeats):
+        redrawn = vpo_scores(sub_scores, group_ids, n_weights, alpha, sampler, rng, None)
+        draws.append(_z_normalise(redrawn.raw, redrawn.codes, redrawn.n_groups, eps)[0])
+    return float(np.std(np.stack(draws), axis=0, ddof=1).mean())
 
 
 @register_estimator("vpo_single")

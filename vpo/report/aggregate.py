@@ -13,7 +13,8 @@ is the sample standard deviation (ddof=1) over training seeds divided by sqrt(n)
 is empty (NaN), never zero.
 
 Training (`vpo aggregate training`): each cell's `metrics.jsonl`, next to its `train.json`
-marker, becomes rows `task, method, seed, step, pool_diversity` of one CSV. Both line formats are
+marker, becomes rows `task, method, seed, step, pool_diversity, advantage_draw_std` of one CSV (the
+second empty for methods that draw no weights: `vpo/advantage_draw_std`, docs/metrics.md). Both line formats are
 read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veRL's file logger's
 `{"step": 3, "data": {"...pool_diversity": 0.4, ...}}`.
 
@@ -39,6 +40,8 @@ CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
 SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
 REQUIRED_KEYS = ("task", "method", "train_seed", "eval_seed", "budget") + CURVE_METRICS + SCALAR_METRICS
 DIVERSITY_KEY = "pool_diversity"
+SPREAD_KEY = "vpo/advantage_draw_std"  # logged by VPO's estimators only
+TRAINING_COLUMNS = ["task", "method", "seed", "step", "pool_diversity", "advantage_draw_std"]
 
 
 # ---- evaluation results -----------------------------------------------------------------------
@@ -109,19 +112,22 @@ def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, p
 
 
 # ---- training curves --------------------------------------------------------------------------
-def parse_metrics_line(record: dict) -> tuple[int, float] | None:
-    """(step, pool diversity) of one metrics.jsonl object in either format; None if not logged."""
+def parse_metrics_line(record: dict) -> tuple[int, float, float] | None:
+    """(step, pool diversity, advantage draw spread or NaN) of one metrics.jsonl object in either
+    format; None if the diversity is not logged."""
     metrics = record.get("data") if isinstance(record.get("data"), dict) else record
     if "step" not in record:
         return None
+    spread = metrics.get(SPREAD_KEY)
+    spread = float(spread) if spread is not None else float("nan")
     for key, value in metrics.items():
         if (key == DIVERSITY_KEY or key.endswith("/" + DIVERSITY_KEY)) and value is not None:
-            return int(record["step"]), float(value)
+            return int(record["step"]), float(value), spread
     return None
 
 
-def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float]]:
-    """All (step, pool_diversity) pairs of a metrics.jsonl; a cut-off last line is ignored."""
+def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float, float]]:
+    """All (step, pool_diversity, advantage_draw_std) of a metrics.jsonl; a cut-off last line is ignored."""
     lines = Path(path).read_text().splitlines()
     points = []
     for number, line in enumerate(lines, start=1):
@@ -140,7 +146,7 @@ def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float]]:
 
 
 def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """train.json markers -> task, method, seed, step, pool_diversity from each metrics.jsonl."""
+    """train.json markers -> TRAINING_COLUMNS from each metrics.jsonl."""
     records = []
     for marker in markers:
         marker = Path(marker)
@@ -151,14 +157,13 @@ def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
         points = read_metrics_jsonl(metrics_path)
         if not points:
             raise ValueError(f"{metrics_path} has no '{DIVERSITY_KEY}' values; the trainer must log it per step")
-        records += [dict(task=info["task"], method=info["method"], seed=int(info["seed"]), step=step,
-                         pool_diversity=value) for step, value in points]
-    return pd.DataFrame.from_records(records, columns=["task", "method", "seed", "step", "pool_diversity"])
+        records += [(info["task"], info["method"], int(info["seed"]), *point) for point in points]
+    return pd.DataFrame.from_records(records, columns=TRAINING_COLUMNS)
 
 
-def training_curve_stats(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per task, method and step: mean and standard error of pool_diversity over seeds."""
-    return seed_statistics(curves, ["task", "method", "step"], "pool_diversity", "seed")
+def training_curve_stats(curves: pd.DataFrame, column: str = "pool_diversity") -> pd.DataFrame:
+    """Per task, method and step: mean and standard error over seeds of a training curve's column."""
+    return seed_statistics(curves, ["task", "method", "step"], column, "seed")
 
 
 # ---- evolutionary search ----------------------------------------------------------------------
@@ -200,7 +205,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     evals.add_argument("--out-dir", required=True, help="directory for per_seed.csv and summary.csv")
     evals.add_argument("files", nargs="+", help="evalseed{e}.json files of every cell")
     training = sub.add_parser("training", help="train.json markers -> training curves CSV")
-    training.add_argument("--out", required=True, help="CSV to write (task, method, seed, step, pool_diversity)")
+    training.add_argument("--out", required=True, help="CSV to write (" + ", ".join(TRAINING_COLUMNS) + ")")
     training.add_argument("markers", nargs="+", help="train.json of each cell; metrics.jsonl is read next to it")
     evolve = sub.add_parser("evolve", help="evolve/summary.json of each cell -> search curves CSV")
     evolve.add_argument("--out", required=True, help="CSV to write (task, method, iteration, metric, mean, stderr)")
