@@ -1,4 +1,5 @@
 # Config, grid, paths and targets shared by every rule file. Logic lives in vpo/; this stays thin.
+import json
 import os
 import re
 import shlex
@@ -10,7 +11,9 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
-from vpo.config import preset_conflicts, scale_note, trains_tiny_base, user_overrides, write_config
+from vpo.config import answers_per_rollout, method_settings, preset_conflicts, scale_note, trains_tiny_base
+from vpo.config import user_overrides, write_config
+from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
 from vpo.record import deviations as paper_deviations
 from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures directory (common.smk)
@@ -34,6 +37,11 @@ PRESET = CFG["preset"]
 BACKEND = CFG["backend"]
 TINY_BASE = trains_tiny_base(CFG)  # the local trainer, and veRL on CPU (verl.device: cpu)
 METHODS, TASKS, SEEDS = CFG["methods"], CFG["tasks"], CFG["seeds"]
+CELL_METHODS = list(dict.fromkeys(method for _, method in grid_cells(CFG)))  # the grid's and the ablations'
+ABLATION_TASKS = CFG["ablations"]["tasks"]
+# the variants that train, as `vpo plot` and `vpo table` take them (labels and looks): a changed label redraws
+VARIANTS = json.dumps({name: {"method": v["method"], "label": v.get("label")}
+                       for name, v in (CFG.get("variants") or {}).items() if name in CELL_METHODS}, sort_keys=True)
 
 # ---- paths -----------------------------------------------------------------------------------
 # Each preset has its own tree, so cpu, ci and paper runs in one checkout never redo or overwrite
@@ -70,10 +78,10 @@ shell.prefix(f"set -euo pipefail; {_python_dir}export VPO_CONFIG_SNAPSHOT={shlex
 
 wildcard_constraints:
     task="|".join(TASKS),
-    method="|".join(re.escape(m) for m in METHODS),  # variant names may hold dots
+    method="|".join(re.escape(m) for m in CELL_METHODS),  # variant names may hold dots
     seed=r"\d+",
     evalseed=r"\d+",
-    prompt="|".join(PROMPT_KINDS),
+    prompt="|".join(PROMPT_KINDS) + r"|multi_m\d+",  # multi_m<m>: a multi-answer variant's own m (base_form)
 
 
 def eval_seeds(task):
@@ -155,10 +163,17 @@ def lsf_gpu_request(gpus_of):
     return request
 
 
+def base_form(task, method):
+    """The warm start a cell trains from (TINY_BASE): its method's prompt form, and for a multi-answer
+    variant whose m is not the task's, a base taught to write that many answers (multi_m<m>)."""
+    form, m = get_method(method).prompt, answers_per_rollout(CFG, task, method)
+    return f"multi_m{m}" if form == "multi" and m != task_settings(CFG, task)["m"] else form
+
+
 def train_inputs(wildcards):
     inputs = {"data": f"{DATA}/train.parquet".format(task=wildcards.task)}
     if TINY_BASE:
-        inputs["base"] = f"{BASE}/base.json".format(task=wildcards.task, prompt=get_method(wildcards.method).prompt)
+        inputs["base"] = f"{BASE}/base.json".format(task=wildcards.task, prompt=base_form(wildcards.task, wildcards.method))
     return inputs
 
 
@@ -214,7 +229,8 @@ def figure_files(stem, subcategory, caption=None):
 
 
 def plot_command(stem):
-    """`vpo plot <stem>` with the rule's input of each table and its param of each option."""
+    """`vpo plot <stem>` with the rule's input of each table and its param of each option (every rule
+    whose figure shows methods has params `variants=VARIANTS`)."""
     figure = FIGURE_TABLE[stem]
     flags = [f"--{name.replace('_', '-')} {{input.{name}}}" for name in figure.tables]
     flags += [f"--{name} {{params.{name}:q}}" for name in figure.options]
@@ -248,8 +264,38 @@ def evolve_outputs():
     return figures + expand(f"{RESULTS}/tables/evolve.{{ext}}", ext=TABLE_FORMATS)
 
 
+# ---- ablations (config.yaml `ablations`: their methods on their tasks, beside the grid) ---------------
+def ablation_names():
+    """The ablations that are drawn: those with methods, when ablations.tasks is not empty."""
+    return [name for name in ABLATIONS if ablation_methods(CFG, name)]
+
+
+def ablation_cells(suffix):
+    """A file of every ablation cell: `suffix` under the cell directory (train.json, eval/evalseed<e>.json)."""
+    return [f"{CELL}/{suffix}".format(task=t, method=m, seed=s, e=e)
+            for t in ABLATION_TASKS for m in ablation_methods(CFG) for s in SEEDS for e in eval_seeds(t)]
+
+
+def ablation_values(name):
+    """JSON {method: the value it varies} for the alpha and m ablations (their figure's panel against
+    it; m from the first ablation task), "" for the others."""
+    methods = ablation_methods(CFG, name)
+    if name == "alpha":
+        return json.dumps({m: method_settings(CFG, m)["alpha"] for m in methods})
+    if name == "m":
+        return json.dumps({m: answers_per_rollout(CFG, ABLATION_TASKS[0], m) for m in methods})
+    return ""
+
+
+def ablation_outputs():
+    if not ablation_names():
+        return []
+    figures = [f"{FIGURES}/ablation_{name}.pdf" for name in ablation_names()]
+    return figures + expand(f"{RESULTS}/tables/ablations.{{ext}}", ext=TABLE_FORMATS)
+
+
 def final_outputs():
-    outputs = figure_outputs() + table_outputs() + evolve_outputs()
+    outputs = figure_outputs() + table_outputs() + evolve_outputs() + ablation_outputs()
     # every figure also as PNG (the HTML report's rendering): asked for, so a tree from before is completed
     pngs = [path[:-4] + ".png" for path in outputs if path.startswith(f"{FIGURES}/")]
     figures = [path for path in outputs + pngs if path.startswith(f"{FIGURES}/")]

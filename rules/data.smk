@@ -32,12 +32,14 @@ rule base_model:
         data=lambda wc, input: os.path.dirname(input[0]),
         out=parent_dir,
         trainer_digest=lambda wc: settings_digest(CFG.get("local_trainer", {})),
+        mode=lambda wc: wc.prompt.split("_")[0],
+        m=lambda wc: ["--m", wc.prompt.split("_m")[1]] if "_m" in wc.prompt else [],  # base_form's multi_m<m>
     log:
         f"{LOGS}/base_model/{{task}}/{{prompt}}.log",
     threads: res("base_model", "threads")
     resources: **job_resources("base_model")
     conda: "../envs/cpu.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --mode {wildcards.prompt}"
-        " --data {params.data:q}"
+        "OMP_NUM_THREADS={threads} python -m vpo.cli base-model --task {wildcards.task} --mode {params.mode}"
+        " {params.m:q} --data {params.data:q}"
         " --config \"$VPO_CONFIG_SNAPSHOT\" --out {params.out:q} > {log} 2>&1"

@@ -68,6 +68,7 @@ rule table_evolve:
     params:
         methods=",".join(METHODS),
         at=",".join(str(t) for t in evolve_table_iterations()),
+        variants=VARIANTS,
     log:
         f"{LOGS}/report/table_evolve.log",
     threads: res("report", "threads")
@@ -75,4 +76,4 @@ rule table_evolve:
     conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table evolve --methods {params.methods:q} --at {params.at:q} --curves {input}"
-        " --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
+        " --variants {params.variants:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"

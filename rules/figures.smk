@@ -8,7 +8,7 @@ CURVE_INPUTS = {"summary": f"{RESULTS}/aggregate/summary.csv", "per_seed": f"{RE
 rule figure_pass_at_k:
     input: **CURVE_INPUTS
     output: **figure_files("pass_at_k", "main results")
-    params: methods=",".join(main_methods()), tasks=",".join(TASKS), scale=SCALE
+    params: methods=",".join(main_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_pass_at_k.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
@@ -19,7 +19,7 @@ rule figure_pass_at_k:
 rule figure_best_at_k:
     input: **CURVE_INPUTS
     output: **figure_files("best_at_k", "main results")
-    params: methods=",".join(main_methods()), tasks=",".join(TASKS), scale=SCALE
+    params: methods=",".join(main_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_best_at_k.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
@@ -30,7 +30,7 @@ rule figure_best_at_k:
 rule figure_appendix_pass_at_k:
     input: **CURVE_INPUTS
     output: **figure_files("appendix_pass_at_k", "appendix: every method", caption="appendix_curve")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), scale=SCALE
+    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_appendix_pass_at_k.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
@@ -41,7 +41,7 @@ rule figure_appendix_pass_at_k:
 rule figure_appendix_best_at_k:
     input: **CURVE_INPUTS
     output: **figure_files("appendix_best_at_k", "appendix: every method", caption="appendix_curve")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), scale=SCALE
+    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_appendix_best_at_k.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
@@ -52,7 +52,7 @@ rule figure_appendix_best_at_k:
 rule figure_diversity_over_training:
     input: training=f"{RESULTS}/aggregate/training_curves.csv"
     output: **figure_files("diversity_over_training", "main results")
-    params: methods=",".join(diversity_methods()), tasks=",".join(TASKS), scale=SCALE
+    params: methods=",".join(diversity_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_diversity_over_training.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
@@ -83,7 +83,7 @@ rule figure_mechanism_advantage:
 rule figure_evolve:
     input: curves=f"{RESULTS}/aggregate/evolve_{{task}}.csv"
     output: **figure_files("evolve_{task}", "evolutionary search", caption="evolve")
-    params: task=lambda wc: wc.task, methods=",".join(METHODS), scale=SCALE
+    params: task=lambda wc: wc.task, methods=",".join(METHODS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_evolve_{{task}}.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
@@ -94,12 +94,27 @@ rule figure_evolve:
 rule figure_lcb_case_study:
     input: **CURVE_INPUTS, curves=f"{RESULTS}/aggregate/evolve_lcb.csv"
     output: **figure_files("lcb_case_study", "evolutionary search")
-    params: methods=",".join(case_study_methods()), scale=SCALE
+    params: methods=",".join(case_study_methods()), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_lcb_case_study.log"
     threads: res("report", "threads")
     resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("lcb_case_study")
+
+
+rule figure_ablation:
+    input: summary=f"{AGG}/ablations/summary.csv", per_seed=f"{AGG}/ablations/per_seed.csv",
+           training=f"{AGG}/ablations/training_curves.csv"
+    output: **figure_files("ablation_{ablation}", "ablations", caption="ablation")
+    wildcard_constraints: ablation="|".join(ABLATIONS)
+    params: ablation=lambda wc: wc.ablation, methods=lambda wc: ",".join(ablation_methods(CFG, wc.ablation)),
+            tasks=",".join(ABLATION_TASKS), values=lambda wc: ablation_values(wc.ablation), variants=VARIANTS,
+            scale=SCALE
+    log: f"{LOGS}/report/figure_ablation_{{ablation}}.log"
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell: plot_command("ablation")
 
 
 # figures/<name>: the latest run's figure, whichever preset made it (its title names the preset);

@@ -35,6 +35,52 @@ rule aggregate_training:
         "python -m vpo.cli aggregate training --out {output} {input} > {log} 2>&1"
 
 
+rule aggregate_ablations:  # the ablations' cells (config.yaml `ablations`), grid cells among them included
+    input:
+        evals=ablation_cells("eval/evalseed{e}.json"),
+        markers=ablation_cells("train.json"),
+    output:
+        summary=f"{AGG}/ablations/summary.csv",
+        per_seed=f"{AGG}/ablations/per_seed.csv",
+        training=f"{AGG}/ablations/training_curves.csv",
+    params:
+        out=parent_dir,
+    log:
+        f"{LOGS}/report/aggregate_ablations.log",
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell:
+        "(python -m vpo.cli aggregate evals --out-dir {params.out:q} {input.evals}"
+        " && python -m vpo.cli aggregate training --out {output.training} {input.markers}) > {log} 2>&1"
+
+
+rule table_ablations:
+    input:
+        rules.aggregate_ablations.output.summary,
+    output:
+        csv=f"{RESULTS}/tables/ablations.csv",
+        md=f"{RESULTS}/tables/ablations.md",
+        tex=f"{RESULTS}/tables/ablations.tex",
+        html=report(f"{RESULTS}/tables/ablations.html", category="Tables", subcategory="ablations",
+                    caption="../workflow/report/ablations_table.rst"),
+    params:
+        ablations=lambda wc: " ".join(f"--ablation {name}={','.join(ablation_methods(CFG, name))}"
+                                      for name in ablation_names()),
+        tasks=",".join(ABLATION_TASKS),
+        ks=",".join(str(k) for k in sorted({1, min(10, CFG["report"]["best_at"]), CFG["report"]["best_at"]})),
+        variants=VARIANTS,
+    log:
+        f"{LOGS}/report/table_ablations.log",
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli table ablations --summary {input} {params.ablations} --tasks {params.tasks:q}"
+        " --ks {params.ks} --variants {params.variants:q} --out {output.csv} {output.md} {output.tex} {output.html}"
+        " > {log} 2>&1"
+
+
 rule table_main:
     input:
         rules.aggregate.output.summary,
@@ -48,6 +94,7 @@ rule table_main:
         best_at=CFG["report"]["best_at"],
         methods=",".join(METHODS),
         tasks=",".join(TASKS),
+        variants=VARIANTS,
     log:
         f"{LOGS}/report/table_main.log",
     threads: res("report", "threads")
@@ -55,7 +102,8 @@ rule table_main:
     conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table main --summary {input} --best-at {params.best_at:q} --methods {params.methods:q}"
-        " --tasks {params.tasks:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
+        " --tasks {params.tasks:q} --variants {params.variants:q} --out {output.csv} {output.md} {output.tex}"
+        " {output.html} > {log} 2>&1"
 
 
 rule table_curve:
@@ -75,6 +123,7 @@ rule table_curve:
         metric="best_at_k|pass_at_k",
     params:
         methods=",".join(METHODS),
+        variants=VARIANTS,
     log:
         f"{LOGS}/report/{{metric}}_{{task}}.log",
     threads: res("report", "threads")
@@ -82,7 +131,8 @@ rule table_curve:
     conda: "../envs/plot.yaml"
     shell:
         "python -m vpo.cli table curve --metric {wildcards.metric} --task {wildcards.task} --summary {input}"
-        " --methods {params.methods:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
+        " --methods {params.methods:q} --variants {params.variants:q} --out {output.csv} {output.md} {output.tex}"
+        " {output.html} > {log} 2>&1"
 
 
 rule mechanism_bandit:

@@ -30,6 +30,18 @@ def local_trainer_block(**changes) -> dict:
 TINY_LOCAL_TRAINER = local_trainer_block(**TINY_CHANGES)
 
 
+@pytest.fixture(autouse=True)
+def method_table():
+    """The method table without variants after every test: reading a config registers its variants
+    (config.yaml has some), and the next test must not depend on what an earlier one read (code that
+    needs a variant reads its config, which registers it again)."""
+    from vpo.methods import METHODS
+
+    yield
+    for name in [name for name, method in METHODS.items() if method.base is not None]:
+        del METHODS[name]
+
+
 @pytest.fixture(scope="session")
 def tiny_local_settings():
     from vpo.settings import LocalTrainerSettings

@@ -85,7 +85,7 @@ def test_overrides_merge_last(raw):
     (lambda c: c["local_trainer"].__setitem__("rollouts_per_prompt", 1), "local_trainer.rollouts_per_prompt",
      "1 is less than the minimum of 2"),
     (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", 31), "task_settings.maze.eval.budget",
-     "31 candidates are not whole groups of m = 3 (multi_rlvr, vpo fill"),
+     "31 candidates are not whole groups of m = 3 (multi_rlvr, vpo, vpo_alpha_0.1"),
     # MuSiQue shows goal_cond a fresh weight vector per m samples, so the budget must hold whole groups
     (lambda c: (c.__setitem__("methods", ["grpo", "goal_cond"]), c["task_settings"]["musique"]["eval"].__setitem__("budget", 31)),
      "task_settings.musique.eval.budget", "31 candidates are not whole groups of m = 3 (goal_cond fill"),

@@ -208,7 +208,7 @@ def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
 
 def test_every_figure_has_one_name_for_file_command_rule_and_function():
     """FIGURES, `vpo plot <stem>` and rules/figures.smk agree: rule figure_<stem> writes <stem>.pdf (evolve:
-    evolve_{task}.pdf) through `vpo plot <stem>`, whose function is named <stem>; no figure rule is left out."""
+    evolve_{task}.pdf, ablation: ablation_{ablation}.pdf) through `vpo plot <stem>`, whose function is named <stem>; no figure rule is left out."""
     import re
     from pathlib import Path
 
@@ -223,7 +223,7 @@ def test_every_figure_has_one_name_for_file_command_rule_and_function():
         body = rules[f"figure_{stem}"]
         assert f'plot_command("{stem}")' in body
         files = re.search(r'figure_files\("([^"]+)"', body).group(1)
-        assert files == (f"{stem}_{{task}}" if stem == "evolve" else stem)
+        assert files == {"evolve": "evolve_{task}", "ablation": "ablation_{ablation}"}.get(stem, stem)
         for name in figure.tables:  # each table the command needs is an input of the rule
             assert re.search(rf"\b{name}=|\*\*CURVE_INPUTS", body), (stem, name)
         parsed = build_parser("plot").parse_args(

@@ -18,21 +18,10 @@ VARIANTS = {"vpo_sobol": {"method": "vpo", "settings": {"sampler": "sobol"}, "la
             "multi_rlvr_m5": {"method": "multi_rlvr", "m": 5}}
 
 
-@pytest.fixture(autouse=True)
-def method_table():
-    """The method table as it was: variants registered by a test do not reach the next one."""
-    from vpo.methods import METHODS
-
-    before = dict(METHODS)
-    yield
-    METHODS.clear()
-    METHODS.update(before)
-
-
 @pytest.fixture()
 def raw():
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["variants"] = copy.deepcopy(VARIANTS)
+    cfg["variants"] = {**cfg["variants"], **copy.deepcopy(VARIANTS)}  # the ablations name the file's own
     cfg["methods"] = cfg["methods"] + list(VARIANTS)
     return cfg
 

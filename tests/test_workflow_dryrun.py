@@ -72,10 +72,15 @@ def test_cpu_preset_plans_every_rule(tmp_path):
 def test_paper_grid_through_the_slurm_executor(tmp_path):
     files = dryrun(tmp_path, config={"preset": "paper"}, executor="slurm")
     counts = kinds(files)
-    # 9 methods x 5 tasks x 3 seeds = 135 cells; eval seeds 1 + 1 + 4 + 4 + 1 per cell and task
-    assert counts["train.json"] == 135 and counts["model"] == 135
-    assert counts["json"] == 9 * 3 * (1 + 1 + 4 + 4 + 1)
-    assert counts["parquet"] == 9 * 3 * 11 and counts["train.parquet"] == counts["test.parquet"] == 5
+    # 9 methods x 5 tasks x 3 seeds = 135 cells, and the ablations' 9 variants x 3 seeds on maze; eval
+    # seeds 1 + 1 + 4 + 4 + 1 per cell and task (maze: 1)
+    assert counts["train.json"] == 135 + 27 and counts["model"] == 135 + 27
+    assert counts["json"] == 9 * 3 * (1 + 1 + 4 + 4 + 1) + 27
+    assert counts["parquet"] == 9 * 3 * 11 + 27 and counts["train.parquet"] == counts["test.parquet"] == 5
+    assert "results/paper/runs/maze/vpo_sobol/seed2/train.json" in files
+    assert not any("/vpo_sobol/" in f for f in files if not f.startswith("results/paper/runs/maze/"))
+    for name in ("components", "alpha", "sampler", "m"):
+        assert f"figures/paper/ablation_{name}.pdf" in files
     assert not any(f.startswith("results/paper/base/") for f in files)  # veRL trains from the hub model
     assert sum(f.startswith("results/paper/tables/best_at_k_") for f in files) == 5 * 4  # csv, md, tex, html per task
     for method in ("grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"):

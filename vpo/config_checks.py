@@ -1,5 +1,5 @@
 """The config's rules that span several keys, which its schema cannot express: every task and method
-of the grid has settings, the evaluation budget holds whole groups of m, a method gets only the
+of the grid has settings, the ablations compare known methods on the grid's tasks, the evaluation budget holds whole groups of m, a method gets only the
 settings its estimator takes (and alpha where it draws weights), Max@k's subset fits the group, the
 search's selection methods are in the grid, a task's data settings and prompt templates are usable.
 `vpo.config` runs them on every resolved config and reports them all at once.
@@ -49,7 +49,32 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     if absent:
         problems.append(f"evolve.select_methods: {absent} are not in methods {cfg['methods']}, so they have no "
                         "evaluation pools to choose the search's problems from; add them to methods or drop them")
-    return problems + _method_problems(cfg) + _task_problems(cfg, project)
+    return problems + _ablation_problems(cfg) + _method_problems(cfg) + _task_problems(cfg, project)
+
+
+def _ablation_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """Ablation tasks outside the grid, lists of one, unknown names, and methods that lack the
+    setting their ablation varies."""
+    from vpo.advantage import setting_keys
+    from vpo.grid import ABLATIONS
+    from vpo.methods import get_method
+
+    block = cfg.get("ablations") or {}
+    problems = [f"ablations.tasks: '{task}' is not in tasks {cfg['tasks']}; ablations run on the grid's tasks"
+                for task in block.get("tasks") or [] if task not in cfg["tasks"]]
+    for name in ABLATIONS:
+        methods = block.get(name) or []
+        if len(methods) == 1:
+            problems.append(f"ablations.{name}: {methods} compares nothing; name two or more methods, or none")
+        for method in methods:
+            if method not in METHODS:
+                problems.append(f"ablations.{name}: '{method}' is neither a method nor a variant named under `variants`")
+            elif name in ("alpha", "sampler") and name not in setting_keys(method):
+                problems.append(f"ablations.{name}: '{method}' takes no {name}; this ablation compares methods that "
+                                "do (vpo and its variants)")
+            elif name == "m" and not get_method(method).multi_answer:
+                problems.append(f"ablations.m: '{method}' writes one answer per rollout; m varies multi-answer methods")
+    return problems
 
 
 def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
@@ -73,9 +98,11 @@ def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Settings a method's estimator does not take."""
     from vpo.advantage import setting_keys
 
+    from vpo.grid import ablation_methods
+
     problems = []
     variants = cfg.get("variants") or {}
-    for name in (m for m in cfg["methods"] if m in METHODS):
+    for name in (m for m in dict.fromkeys([*cfg["methods"], *ablation_methods(cfg)]) if m in METHODS):
         base, changed = (variants[name]["method"], variants[name].get("settings") or {}) if name in variants else (name, {})
         takes, given = setting_keys(name), set(cfg["method_settings"].get(base) or {}) | set(changed)
         if "alpha" in takes - given:  # read without a default wherever it is used
@@ -107,6 +134,7 @@ def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
 def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
     """An evaluation budget that groups of m do not fill exactly: chains of m answers, or m samples per
     shown weight vector (goal-conditioned methods with eval.goal_weights per_chain)."""
+    from vpo.grid import grid_cells
     from vpo.methods import get_method
 
     problems = []
@@ -116,7 +144,7 @@ def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
         budget = settings.get("eval", {}).get("budget")
         per_chain = settings.get("eval", {}).get("goal_weights") == "per_chain"
         by_m: dict[int, list[str]] = {}  # each method's m (a variant's own, else the task's)
-        for name in (n for n in cfg["methods"] if n in METHODS):
+        for name in (n for t, n in grid_cells(cfg) if t == task and n in METHODS):
             if get_method(name).multi_answer or (per_chain and get_method(name).prompt == "goal"):
                 by_m.setdefault(int((variants.get(name) or {}).get("m") or settings.get("m") or 1), []).append(name)
         for m, grouped in sorted(by_m.items()):

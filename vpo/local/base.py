@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and demonstrations")
+    parser.add_argument("--m", type=int, default=None,
+                        help="answers per multi-answer demonstration (default: task_settings.<task>.m; a variant's m)")
 
 
 def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = load_config(args.config, args.preset)
     settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
-    m = int(task_settings(cfg, args.task)["m"])
+    m = int(args.m or task_settings(cfg, args.task)["m"])
     payload = build_base_model(args.task, args.data, args.out, settings, mode=args.mode, m=m, seed=args.seed,
                                preset=cfg["preset"], config_hash=cell_digest(cfg, args.task))
     print(json.dumps({k: payload[k] for k in ("parameters", "vocab_size", "final_loss", "sampled", "wall_time_s")}))

@@ -101,6 +101,9 @@ def train_local(spec: RunSpec) -> dict:
         raise ValueError(f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
                          f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
                          f"(vpo base-model --mode {method.prompt})")
+    if method.prompt == "multi" and built.get("m", m) != m:
+        raise ValueError(f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
+                         f"build its base with `vpo base-model --mode multi --m {m}`")
     rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
                         alpha=spec.method_settings.get("alpha"))
     policy, tokenizer = load_pretrained(spec.base_model)

@@ -16,9 +16,9 @@ import pandas as pd
 
 from vpo.report.aggregate import training_curve_stats
 from vpo.report.kit import (METHOD_ORDER, METRIC_LABELS, SEARCH_METRICS, SMOOTH_STEPS, draw_band, draw_curve_panel,
-                            draw_search_panel, finish, finish_default_note, max_width_in, method_color,
+                            draw_search_panel, finish, finish_default_note, max_width_in,
                             method_style, panel_grid, seed_note, series_style, smooth, use_figure_fonts)
-from vpo.report.tables import method_label, task_label
+from vpo.report.tables import lookup, method_label, task_label
 
 
 # ---- main results ----------------------------------------------------------------------------
@@ -63,30 +63,109 @@ def diversity_over_training(*, training: pd.DataFrame, methods: list[str], tasks
                             scale: str | None = None):
     """Paper Fig. 4: pool diversity against training step, one panel per task, mean and band over seeds
     (training: aggregate's training_curves.csv)."""
-    curves = training
-    stats = training_curve_stats(curves)
     fig, axes = panel_grid(len(tasks))
     n_seeds = set()
     for ax, task in zip(axes, tasks):
-        for method in methods:
-            rows = stats[(stats.task == task) & (stats.method == method)].sort_values("step")
-            if rows.empty:
-                raise ValueError(f"no training curve for task={task} method={method}; is pool_diversity logged?")
-            n_seeds.add(int(rows.n_seeds.max()))
-            mine = curves[(curves.task == task) & (curves.method == method)]
-            seeds = [(g.sort_values("step").step.to_numpy(), smooth(g.sort_values("step").pool_diversity.to_numpy()))
-                     for _, g in mine.groupby("seed")]
-            ax.plot(rows.step, rows["mean"], ls="none", marker=".", ms=3, alpha=0.3, color=method_color(method))
-            draw_band(ax, rows.step.to_numpy(), smooth(rows["mean"].to_numpy()), smooth(rows.stderr.to_numpy()),
-                      method=method, seeds=seeds)
+        n_seeds |= draw_training_panel(ax, training, "pool_diversity", methods, task)
         ax.set_title(task_label(task))
-        ax.set_xlabel("training step")
-        ax.set_ylabel("pool diversity (pairwise L1)")
-        ax.grid(alpha=0.3)
     note = seed_note(n_seeds, per_seed_lines=True) or finish_default_note(n_seeds)
     finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds, scale=scale,
            note=f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step")
     return fig
+
+
+TRAINING_LABELS = {"pool_diversity": "pool diversity (pairwise L1)",
+                   "advantage_draw_std": "advantage std over weight draws"}
+
+
+def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str], task: str) -> set[int]:
+    """One training-curve column (aggregate's training_curves.csv) against step on `ax`: per method the
+    smoothed mean with a band (or each seed), dots at each step's mean; returns the seed counts seen."""
+    stats = training_curve_stats(curves, column)
+    n_seeds = set()
+    for method in methods:
+        rows = stats[(stats.task == task) & (stats.method == method)].sort_values("step")
+        if rows.empty or rows["mean"].isna().all():
+            raise ValueError(f"no training curve of {column} for task={task} method={method}; is it logged?")
+        n_seeds.add(int(rows.n_seeds.max()))
+        mine = curves[(curves.task == task) & (curves.method == method)]
+        seeds = [(g.sort_values("step").step.to_numpy(), smooth(g.sort_values("step")[column].to_numpy()))
+                 for _, g in mine.groupby("seed")]
+        ax.plot(rows.step, rows["mean"], ls="none", marker=".", ms=3, alpha=0.3, color=method_style(method)["color"])
+        draw_band(ax, rows.step.to_numpy(), smooth(rows["mean"].to_numpy()), smooth(rows.stderr.to_numpy()),
+                  method=method, seeds=seeds)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(TRAINING_LABELS.get(column, column))
+    ax.grid(alpha=0.3)
+    return n_seeds
+
+
+# ---- ablations ---------------------------------------------------------------------------------
+ABLATION_TITLES = {
+    "components": "Which part of VPO does the work: random scalarisation alone (random-weight GRPO), multi-answer "
+                  "generation alone (Multi-RLVR), VPO's score on one answer, and both (VPO)",
+    "alpha": "VPO's Dirichlet concentration α (small: weights near the corners; large: near the centre)",
+    "sampler": "VPO's weight sampler: i.i.d. Dirichlet against scrambled Sobol",
+    "m": "Answers per rollout m (the pool stays at the same number of candidates)",
+}
+VALUE_LABELS = {"alpha": ("Dirichlet α", "log"), "m": ("answers per rollout m", "linear")}
+
+
+def ablation(*, summary: pd.DataFrame, training: pd.DataFrame, ablation: str, methods: list[str], tasks: list[str],
+             out, per_seed: pd.DataFrame | None = None, values: str | None = None, scale: str | None = None):
+    """An ablation (file ablation_{ablation}; config.yaml `ablations`): per task, best@k and pass@k against
+    k and pool diversity over training; the sampler ablation adds the advantage's spread over weight draws
+    during training (vpo/advantage_draw_std), and an ablation with `values` (JSON {method: its alpha or m})
+    best@1 and best@budget against that value, a line per method of the table."""
+    import json
+
+    setting = json.loads(values) if values else {}
+    extra = ablation == "sampler" or bool(setting)
+    fig, axes = panel_grid(len(tasks) * (3 + extra))
+    n_seeds = set()
+    per_task = 3 + extra
+    for t, task in enumerate(tasks):
+        row = axes[t * per_task:(t + 1) * per_task]
+        for ax, metric in zip(row, ("best_at_k", "pass_at_k")):
+            n_seeds |= draw_curve_panel(ax, summary, metric, methods, task, per_seed)
+            ax.set_title(f"{task_label(task)}: {METRIC_LABELS[metric].split(' ')[0]}")
+        n_seeds |= draw_training_panel(row[2], training, "pool_diversity", methods, task)
+        row[2].set_title(f"{task_label(task)}: pool diversity in training")
+        if ablation == "sampler":
+            draw_training_panel(row[3], training, "advantage_draw_std", methods, task)
+            row[3].set_title(f"{task_label(task)}: Monte Carlo noise of the advantage")
+        elif setting:
+            draw_setting_panel(row[3], summary, setting, task, *VALUE_LABELS.get(ablation, (ablation, "linear")))
+    finish(fig, axes, out, title=ABLATION_TITLES.get(ablation, f"Ablation: {ablation}"), n_seeds=n_seeds,
+           note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
+    return fig
+
+
+def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlabel: str, xscale: str) -> None:
+    """best@1 (dashed, open markers) and best@budget (solid) against a setting's value, with ±1 standard
+    error bars, one line per method of the table (a variant joins its method's line)."""
+    from matplotlib.ticker import FuncFormatter
+
+    from vpo.methods import METHODS
+
+    budget = int(summary[(summary.task == task) & (summary.metric == "best_at_k")].k.max())
+    families: dict[str, list[str]] = {}
+    for method in setting:
+        families.setdefault(METHODS[method].base or method, []).append(method)
+    for family, members in families.items():
+        members = sorted(members, key=lambda m: setting[m])
+        style = method_style(family)
+        for k, ls, face in ((budget, "-", style["color"]), (1, "--", "white")):
+            points = [lookup(summary, task, m, "best_at_k", k) for m in members]
+            ax.errorbar([setting[m] for m in members], [p["mean"] for p in points],
+                        yerr=[0 if pd.isna(p.stderr) else p.stderr for p in points], color=style["color"], ls=ls,
+                        marker=style["marker"], mfc=face, ms=4, capsize=2, lw=1.4,
+                        label=f"{method_label(family)}: best@{k}")
+    ax.set_xscale(xscale)
+    ax.set_xticks(sorted(set(setting.values())))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set(xlabel=xlabel, ylabel="best@k (task scalar)", title=f"{task_label(task)}: best@1 and best@{budget}")
+    ax.grid(alpha=0.3)
 
 
 # ---- the mechanism (no trained model needed) --------------------------------------------------
@@ -203,20 +282,24 @@ def lcb_case_study(*, summary: pd.DataFrame, curves: pd.DataFrame, methods: list
 class Figure:
     draw: Callable[..., Any]  # the function above
     tables: tuple[str, ...]  # its CSV inputs, by keyword (`vpo plot <stem> --<name> FILE`)
-    options: tuple[str, ...]  # its other keywords: methods and tasks (comma lists), task, scale
+    # its other keywords: methods and tasks (comma lists), task, ablation, values, scale; `variants` (the
+    # config's method variants, JSON) is read by `vpo plot` itself, which registers them before drawing
+    options: tuple[str, ...]
     optional: tuple[str, ...] = ()  # tables it draws without (per_seed: seeds drawn one by one when given)
 
 
-CURVES = Figure(pass_at_k, ("summary", "per_seed"), ("methods", "tasks", "scale"), optional=("per_seed",))
+CURVES = Figure(pass_at_k, ("summary", "per_seed"), ("methods", "tasks", "variants", "scale"), optional=("per_seed",))
 FIGURES: dict[str, Figure] = {
     "pass_at_k": CURVES,
     "best_at_k": Figure(best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
     "appendix_pass_at_k": Figure(appendix_pass_at_k, CURVES.tables, CURVES.options, CURVES.optional),
     "appendix_best_at_k": Figure(appendix_best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
-    "diversity_over_training": Figure(diversity_over_training, ("training",), ("methods", "tasks", "scale")),
+    "diversity_over_training": Figure(diversity_over_training, ("training",), ("methods", "tasks", "variants", "scale")),
     "mechanism_bandit": Figure(mechanism_bandit, ("bandit",), ()),
     "mechanism_advantage": Figure(mechanism_advantage, ("sweeps",), ()),
-    "evolve": Figure(evolve, ("curves",), ("task", "methods", "scale")),
-    "lcb_case_study": Figure(lcb_case_study, ("summary", "per_seed", "curves"), ("methods", "scale"),
+    "evolve": Figure(evolve, ("curves",), ("task", "methods", "variants", "scale")),
+    "ablation": Figure(ablation, ("summary", "per_seed", "training"),
+                       ("ablation", "methods", "tasks", "values", "variants", "scale"), optional=("per_seed",)),
+    "lcb_case_study": Figure(lcb_case_study, ("summary", "per_seed", "curves"), ("methods", "variants", "scale"),
                              optional=("per_seed",)),
 }

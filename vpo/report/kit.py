@@ -36,7 +36,11 @@ def series_style(i: int) -> dict:
 
 def method_style(method: str) -> dict:
     """matplotlib keywords of a method's line: its colour, line style and marker in the method table
-    (a name not in it: grey, solid, circles)."""
+    (a name not in it: grey, solid, circles). A variant (config.yaml `variants`) gets the series look
+    of its place among the registered variants, so it differs from its method and keeps its look in
+    every figure of a run."""
+    if method in METHODS and METHODS[method].base is not None:
+        return series_style([name for name, m in METHODS.items() if m.base is not None].index(method))
     color, linestyle, marker = METHODS[method].style if method in METHODS else UNSTYLED
     return {"color": color, "ls": linestyle, "marker": marker}
 

@@ -15,10 +15,14 @@ from pathlib import Path
 
 PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
 TABLE_HELP = {"summary": "aggregate/summary.csv", "per_seed": "aggregate/per_seed.csv (each seed drawn when < 3)",
-              "training": "aggregate/training_curves.csv", "bandit": "mechanism/bandit.csv (`vpo mechanism bandit`)",
+              "training": "aggregate/training_curves.csv (pool_diversity, advantage_draw_std per step)", "bandit": "mechanism/bandit.csv (`vpo mechanism bandit`)",
               "sweeps": "mechanism/advantage.csv (`vpo mechanism advantage`)", "curves": "aggregate/evolve_{task}.csv"}
 OPTION_HELP = {"methods": "comma-separated methods (legend order)", "tasks": "comma-separated tasks (panel order)",
-               "task": "the task", "scale": "a line naming the preset and scale, shown under the title"}
+               "task": "the task", "scale": "a line naming the preset and scale, shown under the title",
+               "ablation": "the ablation (config.yaml `ablations`): components, alpha, sampler or m",
+               "values": "JSON {method: the value its ablation varies (alpha, m)}: a panel against that value",
+               "variants": "JSON {variant: {method, label}} of config.yaml `variants` (labels and looks)"}
+OPTIONAL = ("scale", "values", "variants")  # options a figure draws without
 LISTS = ("methods", "tasks")  # options given as comma-separated lists
 
 
@@ -32,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional,
                            help=TABLE_HELP[name])
         for name in figure.options:
-            p.add_argument(f"--{name}", required=name != "scale", default=None, help=OPTION_HELP[name])
+            p.add_argument(f"--{name}", required=name not in OPTIONAL, default=None, help=OPTION_HELP[name])
         p.add_argument("--out", required=True, nargs="+", help="figure files (.pdf, .png, .svg): one figure, each format")
 
 
@@ -40,12 +44,16 @@ def draw(args: argparse.Namespace, out: str):
     """The figure `args` asks for, saved to `out`; returns it."""
     from vpo.data import read_csv_table
     from vpo.report.figures import FIGURES
+    from vpo.report.tables import use_variants
 
     figure = FIGURES[args.figure]
     kwargs = {name: read_csv_table(getattr(args, name)) for name in figure.tables if getattr(args, name)}
     for name in figure.options:
         value = getattr(args, name)
-        kwargs[name] = value.split(",") if name in LISTS else value
+        if name == "variants":
+            use_variants(value)
+        else:
+            kwargs[name] = value.split(",") if name in LISTS else value
     return figure.draw(out=out, **kwargs)
 
 

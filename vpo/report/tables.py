@@ -5,6 +5,7 @@ and task, mean ± standard error over training seeds; a task's best best@K in bo
 ±1 SE interval clears every other method's, else the methods tied for the lead are marked.
 `vpo table curve`: one task's best@k or pass@k curve, methods x landmark k.
 `vpo table evolve`: problems solved by the evolutionary search at chosen iterations (from results/aggregate/evolve_*.csv).
+`vpo table ablations`: each ablation's methods (config.yaml `ablations`), best@k at chosen k and diversity.
 The CSV holds the numbers (mean and stderr columns); Markdown (pandas' to_markdown) and LaTeX
 (pandas' Styler.to_latex, booktabs, a spanning header per task) hold the formatted cells.
 """
@@ -38,6 +39,17 @@ def task_label(name: str) -> str:
 
     task = TASKS.get(name)
     return (task.label or task.name) if task else name
+
+
+def use_variants(text: str | None) -> None:
+    """Register the method variants a figure or table shows (JSON {name: {"method": base, "label":
+    label}}, as the workflow passes them from config.yaml `variants`), so they get their labels and looks."""
+    import json
+
+    from vpo.methods import register_variant
+
+    for name, variant in (json.loads(text) if text else {}).items():
+        register_variant(name, variant["method"], variant.get("label"))
 
 
 TIE_MARK = "†"  # tied for the lead: its ±1 standard error interval overlaps the leader's
@@ -124,6 +136,39 @@ def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.
     return pd.DataFrame(rows)
 
 
+def ablation_table(summary: pd.DataFrame, ablations: dict[str, list[str]], tasks: list[str],
+                   ks: list[int]) -> pd.DataFrame:
+    """One row per ablation, method and task: best@k at each of `ks` and pool diversity (mean, stderr)
+    and the seed count, from the ablations' aggregate summary.csv."""
+    records = []
+    for name, methods in ablations.items():
+        for method in methods:
+            for task in tasks:
+                record = {"ablation": name, "method": method, "task": task}
+                for k in ks:
+                    best = lookup(summary, task, method, "best_at_k", k)
+                    record.update({f"best_at_{k}_mean": best["mean"], f"best_at_{k}_stderr": best["stderr"]})
+                diversity = lookup(summary, task, method, "diversity")
+                record.update({"diversity_mean": diversity["mean"], "diversity_stderr": diversity["stderr"],
+                               "n_seeds": int(diversity["n_seeds"])})
+                records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def render_ablations(table: pd.DataFrame, ks: list[int], *, latex: bool, html: bool = False) -> str:
+    columns = [f"best@{k}" for k in ks] + ["diversity"]
+    cells = {}
+    for (name, method), group in table.groupby(["ablation", "method"], sort=False):
+        cells[f"{name}: {method_label(method)}"] = {
+            (task_label(r["task"]), column): format_cell(r[f"{key}_mean"], r[f"{key}_stderr"], latex=latex)
+            for r in group.to_dict("records") for column, key in zip(columns, [f"best_at_{k}" for k in ks] + ["diversity"])}
+    seeds = "/".join(map(str, sorted(table.n_seeds.unique())))
+    caption = (f"Ablations: best@k on the task scalar and reward-space diversity of the evaluation pool (mean "
+               f"pairwise L1), mean ± standard error over {seeds} training seeds; rows are named "
+               "ablation: method (figures/ablation_<ablation>.pdf).")
+    return render(cell_frame(cells), latex=latex, caption=caption, html=html)
+
+
 def render_evolve(table: pd.DataFrame, *, latex: bool, html: bool = False) -> str:
     cells = {}
     for method, group in table.groupby("method", sort=False):
@@ -148,7 +193,7 @@ def cell_frame(cells: dict[str, dict]) -> pd.DataFrame:
 
 LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "±": r"$\pm$", "†": r"$^\dagger$"}
+                  "±": r"$\pm$", "†": r"$^\dagger$", "α": r"$\alpha$"}
 
 
 def escape_latex(text: str) -> str:
@@ -241,17 +286,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     curve = sub.add_parser("curve", help="one task's best@k or pass@k curve")
     curve.add_argument("--metric", required=True, choices=["best_at_k", "pass_at_k", "best_at_k_perm"])
     curve.add_argument("--task", required=True)
-    for p in (main, curve):
+    ablations = sub.add_parser("ablations", help="best@k and diversity of every ablation's methods")
+    ablations.add_argument("--ablation", action="append", required=True, metavar="NAME=M1,M2",
+                           help="an ablation and its methods in row order (repeat for each)")
+    ablations.add_argument("--tasks", required=True, help="comma-separated tasks (column groups)")
+    ablations.add_argument("--ks", required=True, help="comma-separated k of the best@k columns, e.g. 1,10,30")
+    for p in (main, curve, ablations):
         p.add_argument("--summary", required=True, help="results/aggregate/summary.csv")
     evolve = sub.add_parser("evolve", help="problems solved by the evolutionary search, per task and method")
     evolve.add_argument("--curves", nargs="+", required=True, help="results/aggregate/evolve_{task}.csv files")
     evolve.add_argument("--at", required=True, help="comma-separated iterations (columns), e.g. 50,100,200")
     for p in (main, curve, evolve):
         p.add_argument("--methods", required=True, help="comma-separated methods (row order)")
+    for p in (main, curve, evolve, ablations):
+        p.add_argument("--variants", default=None, help="JSON {variant: {method, label}} of config.yaml `variants`")
         p.add_argument("--out", nargs="+", required=True, help="output files: .csv, .md, .tex and/or .html")
 
 
 def run(args: argparse.Namespace) -> int:
+    use_variants(args.variants)
+    if args.table == "ablations":
+        chosen = dict(spec.split("=", 1) for spec in args.ablation)
+        ks = [int(k) for k in args.ks.split(",")]
+        table = ablation_table(read_csv_table(args.summary), {n: m.split(",") for n, m in chosen.items()},
+                               args.tasks.split(","), ks)
+        write_outputs(table, lambda **fmt: render_ablations(table, ks, **fmt), args.out)
+        return 0
     methods = args.methods.split(",")
     if args.table == "evolve":
         curves = pd.concat([read_csv_table(path) for path in args.curves], ignore_index=True)
