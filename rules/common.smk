@@ -278,13 +278,13 @@ def ablation_cells(suffix):
 
 def ablation_values(name):
     """JSON {method: the value it varies} for the alpha and m ablations (their figure's panel against
-    it; m from the first ablation task), "" for the others."""
+    it; m from the first ablation task), {} for the others (an empty shell argument would vanish)."""
     methods = ablation_methods(CFG, name)
     if name == "alpha":
         return json.dumps({m: method_settings(CFG, m)["alpha"] for m in methods})
     if name == "m":
         return json.dumps({m: answers_per_rollout(CFG, ABLATION_TASKS[0], m) for m in methods})
-    return ""
+    return "{}"
 
 
 def ablation_outputs():

@@ -196,7 +196,9 @@ def job_counts(output):
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.M)}
 
 
-PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggregate": 1, "aggregate_training": 1,
+# the grid's 135 cells and the ablations' 27 (9 variants x 3 seeds on maze, one eval seed each)
+PAPER_COUNTS = {"preprocess": 5, "train": 135 + 27, "merge": 135 + 27, "eval": 297 + 27, "aggregate": 1,
+                "aggregate_training": 1, "aggregate_ablations": 1, "figure_ablation": 4, "table_ablations": 1,
                 "table_main": 1, "table_curve": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
                 "figure_diversity_over_training": 1, "mechanism_bandit": 1, "figure_mechanism_bandit": 1,
                 "mechanism_advantage": 1, "figure_mechanism_advantage": 1,
@@ -204,8 +206,8 @@ PAPER_COUNTS = {"preprocess": 5, "train": 135, "merge": 135, "eval": 297, "aggre
                 "evolve_select": 5, "evolve_search": 135, "aggregate_evolve": 5, "figure_evolve": 5,
                 "figure_lcb_case_study": 1, "table_evolve": 1,
                 "figure_appendix_pass_at_k": 1, "figure_appendix_best_at_k": 1,  # all nine methods
-                "publish_figure": 26,  # figures/<name>: copies of the 13 figures, PDF and PNG
-                "all": 1, "total": 773}
+                "publish_figure": 34,  # figures/<name>: copies of the 17 figures, PDF and PNG
+                "all": 1, "total": 868}
 
 
 @pytest.mark.slow
@@ -231,6 +233,24 @@ def test_cluster_profiles_plan_the_paper_grid(tmp_path, profile):
     assert gpus["train"] == {(4, 4)} and gpus["eval"] == gpus["evolve_search"] == {(1, 1)}
     assert gpus["merge"] == {(0, 0)}
 
+
+
+def test_every_planned_plot_command_parses(tmp_path):
+    """Each `vpo plot` shell command of the ci and paper plans is accepted by `vpo plot`'s own parser
+    (an empty option value vanishes in the shell and takes the next flag as its value)."""
+    import shlex
+
+    from vpo.cli import build_parser
+
+    commands = []
+    for preset in ("ci", "paper"):
+        output = cli_dryrun(tmp_path, "-p", "--config", f"preset={preset}")
+        commands += re.findall(r"python -m vpo\.cli (plot .*?) > \S+ 2>&1", output)
+    assert len(commands) > 20 and any(" ablation " in c for c in commands)
+    for command in commands:
+        argv = shlex.split(command)
+        args = build_parser("plot").parse_args(argv)
+        assert args.out, command
 
 
 @pytest.mark.slow
