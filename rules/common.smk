@@ -204,6 +204,17 @@ def table_outputs():
     return main + per_task
 
 
+def interval_outputs():
+    """Bootstrap intervals over seeds x problems (vpo/report/intervals.py): two tables, three figures."""
+    tables = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=["intervals", "pool_quality"], ext=TABLE_FORMATS)
+    return tables + [f"{FIGURES}/{stem}.pdf" for stem in ("intervals", "performance_profiles", "pool_quality")]
+
+
+def report_ks():
+    """k of best@k and pass@k in the interval tables and the ablations table: 1, 10 and report.best_at."""
+    return ",".join(str(k) for k in sorted({1, min(10, CFG["report"]["best_at"]), CFG["report"]["best_at"]}))
+
+
 def main_methods():
     """The methods of the main pass@k and best@k figures (report.main_methods) that are in the grid;
     all of the grid's when none is."""
@@ -295,7 +306,7 @@ def ablation_outputs():
 
 
 def final_outputs():
-    outputs = figure_outputs() + table_outputs() + evolve_outputs() + ablation_outputs()
+    outputs = figure_outputs() + table_outputs() + interval_outputs() + evolve_outputs() + ablation_outputs()
     # every figure also as PNG (the HTML report's rendering): asked for, so a tree from before is completed
     pngs = [path[:-4] + ".png" for path in outputs if path.startswith(f"{FIGURES}/")]
     figures = [path for path in outputs + pngs if path.startswith(f"{FIGURES}/")]

@@ -102,6 +102,42 @@ rule figure_lcb_case_study:
     shell: plot_command("lcb_case_study")
 
 
+INTERVALS = f"{RESULTS}/aggregate"  # intervals.csv, improvement.csv, profiles.csv (rule intervals)
+
+
+rule figure_intervals:
+    input: intervals=f"{INTERVALS}/intervals.csv", improvement=f"{INTERVALS}/improvement.csv"
+    output: **figure_files("intervals", "intervals")
+    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
+    log: f"{LOGS}/report/figure_intervals.log"
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell: plot_command("intervals")
+
+
+rule figure_performance_profiles:
+    input: profiles=f"{INTERVALS}/profiles.csv", per_problem=f"{INTERVALS}/per_problem.csv"
+    output: **figure_files("performance_profiles", "intervals")
+    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
+    log: f"{LOGS}/report/figure_performance_profiles.log"
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell: plot_command("performance_profiles")
+
+
+rule figure_pool_quality:
+    input: intervals=f"{INTERVALS}/intervals.csv"
+    output: **figure_files("pool_quality", "intervals")
+    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
+    log: f"{LOGS}/report/figure_pool_quality.log"
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell: plot_command("pool_quality")
+
+
 rule figure_ablation:
     input: summary=f"{AGG}/ablations/summary.csv", per_seed=f"{AGG}/ablations/per_seed.csv",
            training=f"{AGG}/ablations/training_curves.csv"

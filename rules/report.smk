@@ -21,6 +21,91 @@ rule aggregate:
         "python -m vpo.cli aggregate evals --out-dir {params.out:q} {input} > {log} 2>&1"
 
 
+rule aggregate_problems:  # per problem: best@k and pass@k at report_ks(), the pool as a multi-objective set
+    input:
+        pools=[path.replace(".json", ".parquet") for path in eval_jsons()],
+        results=eval_jsons(),
+    output:
+        f"{AGG}/per_problem.csv",
+    params:
+        ks=report_ks(),
+    log:
+        f"{LOGS}/report/aggregate_problems.log",
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli aggregate problems --ks {params.ks} --out {output} {input.pools} > {log} 2>&1"
+
+
+rule intervals:
+    input:
+        rules.aggregate_problems.output,
+    output:
+        intervals=f"{AGG}/intervals.csv",
+        improvement=f"{AGG}/improvement.csv",
+        profiles=f"{AGG}/profiles.csv",
+    params:
+        out=parent_dir,
+        reps=CFG["report"]["bootstrap_reps"],
+    log:
+        f"{LOGS}/report/intervals.log",
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli intervals estimate --per-problem {input} --out-dir {params.out:q} --reference vpo"
+        " --reps {params.reps} > {log} 2>&1"
+
+
+rule table_intervals:
+    input:
+        intervals=rules.intervals.output.intervals,
+        improvement=rules.intervals.output.improvement,
+    output:
+        csv=f"{RESULTS}/tables/intervals.csv",
+        md=f"{RESULTS}/tables/intervals.md",
+        tex=f"{RESULTS}/tables/intervals.tex",
+        html=report(f"{RESULTS}/tables/intervals.html", category="Tables", subcategory="intervals",
+                    caption="../workflow/report/intervals_table.rst"),
+    params:
+        methods=",".join(METHODS),
+        tasks=",".join(TASKS),
+        variants=VARIANTS,
+    log:
+        f"{LOGS}/report/table_intervals.log",
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli intervals table --kind intervals --intervals {input.intervals} --improvement {input.improvement}"
+        " --methods {params.methods:q} --tasks {params.tasks:q} --variants {params.variants:q}"
+        " --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
+
+
+rule table_pool_quality:
+    input:
+        rules.intervals.output.intervals,
+    output:
+        csv=f"{RESULTS}/tables/pool_quality.csv",
+        md=f"{RESULTS}/tables/pool_quality.md",
+        tex=f"{RESULTS}/tables/pool_quality.tex",
+        html=report(f"{RESULTS}/tables/pool_quality.html", category="Tables", subcategory="intervals",
+                    caption="../workflow/report/pool_quality_table.rst"),
+    params:
+        methods=",".join(METHODS),
+        tasks=",".join(TASKS),
+        variants=VARIANTS,
+    log:
+        f"{LOGS}/report/table_pool_quality.log",
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell:
+        "python -m vpo.cli intervals table --kind pool_quality --intervals {input} --methods {params.methods:q} --tasks {params.tasks:q}"
+        " --variants {params.variants:q} --out {output.csv} {output.md} {output.tex} {output.html} > {log} 2>&1"
+
+
 rule aggregate_training:
     input:
         train_markers(methods=diversity_methods()),
@@ -68,7 +153,7 @@ rule table_ablations:
         ablations=lambda wc: " ".join(f"--ablation {name}={','.join(ablation_methods(CFG, name))}"
                                       for name in ablation_names()),
         tasks=",".join(ABLATION_TASKS),
-        ks=",".join(str(k) for k in sorted({1, min(10, CFG["report"]["best_at"]), CFG["report"]["best_at"]})),
+        ks=report_ks(),
         variants=VARIANTS,
     log:
         f"{LOGS}/report/table_ablations.log",

@@ -135,6 +135,8 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
         [f"{cell}/model", f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json",
          "results/cpu/aggregate/summary.csv", "results/cpu/aggregate/per_seed.csv",
          "results/cpu/aggregate/training_curves.csv", "results/cpu/evolve/maze/hardest.json",
+         "results/cpu/aggregate/per_problem.csv", "results/cpu/aggregate/intervals.csv",
+         "results/cpu/aggregate/improvement.csv", "results/cpu/aggregate/profiles.csv",
          "results/cpu/aggregate/evolve_maze.csv"]
         + [f for f in every if "/evolve/" in f and f.startswith("results/cpu/runs/")]  # the hardest set may change
         + [f for f in every if f.startswith(("figures/", "results/cpu/tables/")) and "mechanism" not in f]
@@ -199,6 +201,9 @@ def job_counts(output):
 # the grid's 135 cells and the ablations' 27 (9 variants x 3 seeds on maze, one eval seed each)
 PAPER_COUNTS = {"preprocess": 5, "train": 135 + 27, "merge": 135 + 27, "eval": 297 + 27, "aggregate": 1,
                 "aggregate_training": 1, "aggregate_ablations": 1, "figure_ablation": 4, "table_ablations": 1,
+                # bootstrap intervals over seeds x problems: per-problem scores, estimates, 2 tables, 3 figures
+                "aggregate_problems": 1, "intervals": 1, "table_intervals": 1, "table_pool_quality": 1,
+                "figure_intervals": 1, "figure_performance_profiles": 1, "figure_pool_quality": 1,
                 "table_main": 1, "table_curve": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
                 "figure_diversity_over_training": 1, "mechanism_bandit": 1, "figure_mechanism_bandit": 1,
                 "mechanism_advantage": 1, "figure_mechanism_advantage": 1,
@@ -206,8 +211,8 @@ PAPER_COUNTS = {"preprocess": 5, "train": 135 + 27, "merge": 135 + 27, "eval": 2
                 "evolve_select": 5, "evolve_search": 135, "aggregate_evolve": 5, "figure_evolve": 5,
                 "figure_lcb_case_study": 1, "table_evolve": 1,
                 "figure_appendix_pass_at_k": 1, "figure_appendix_best_at_k": 1,  # all nine methods
-                "publish_figure": 34,  # figures/<name>: copies of the 17 figures, PDF and PNG
-                "all": 1, "total": 868}
+                "publish_figure": 40,  # figures/<name>: copies of the 20 figures, PDF and PNG
+                "all": 1, "total": 881}
 
 
 @pytest.mark.slow
@@ -270,7 +275,7 @@ def test_installed_profile_works_by_name(tmp_path):
 
 @pytest.mark.slow
 def test_default_profile_keeps_the_cpu_preset(tmp_path):
-    assert job_counts(cli_dryrun(tmp_path))["total"] == 80
+    assert job_counts(cli_dryrun(tmp_path))["total"] == 93
 
 
 def test_a_dry_run_writes_nothing_under_results(tmp_path):

@@ -1,4 +1,5 @@
-"""Search metrics of a candidate pool: pass@k, best@k, E_w[best-of-m], reward-space diversity, Pareto fraction.
+"""Search metrics of a candidate pool: pass@k, best@k, E_w[best-of-m], reward-space diversity, Pareto fraction,
+the non-dominated set and its hypervolume.
 
 A pool is the set of candidate solutions sampled for one problem (k counts candidates, not
 generations: one multi-answer chain with m = 3 contributes 3). Every function is defined for
@@ -164,6 +165,45 @@ def pareto_fraction(vectors: Any) -> float:
     gt = (v[:, None, :] > v[None, :, :]).any(axis=-1)
     dominated = (geq & gt).any(axis=0)
     return float(1.0 - dominated.mean())
+
+
+def nondominated_distinct(vectors: Any) -> np.ndarray:
+    """The distinct reward vectors of a pool that no other member dominates (higher is better).
+
+    vectors: (n, k).  Returns (d, k), d <= n, rows in lexicographic order; (0, k) for an empty pool.
+    """
+    v = np.asarray(vectors, dtype=np.float64)
+    if v.ndim != 2:
+        raise ValueError(f"a pool of reward vectors must be (n, k), got shape {v.shape}")
+    if v.shape[0] == 0:
+        return v
+    unique = np.unique(v, axis=0)
+    geq = (unique[:, None, :] >= unique[None, :, :]).all(axis=-1)
+    gt = (unique[:, None, :] > unique[None, :, :]).any(axis=-1)
+    return unique[~(geq & gt).any(axis=0)]
+
+
+EXACT_HYPERVOLUME_MAX_K = 8  # above this, continuous vectors get moocore's deterministic approximation
+
+
+def hypervolume(vectors: Any) -> float:
+    """Hypervolume of the pool's non-dominated set against the zero reference point (maximisation):
+    the volume of the union of boxes [0, r] over the pool.  A vector with a zero (or negative)
+    coordinate spans no volume, so for pass/fail objectives this is 1 when some candidate passes
+    every objective and 0 otherwise.
+
+    vectors: (n, k).  Exact (moocore) for k <= EXACT_HYPERVOLUME_MAX_K or 0/1 vectors; above that,
+    moocore's deterministic Rphi-FWE+ approximation (exact volume is exponential in k).  Empty pool: 0.
+    """
+    import moocore
+
+    front = nondominated_distinct(vectors)
+    front = front[(front > 0).all(axis=1)]
+    if len(front) == 0:
+        return 0.0
+    if front.shape[1] <= EXACT_HYPERVOLUME_MAX_K or np.isin(front, (0.0, 1.0)).all():
+        return float(moocore.hypervolume(front, ref=np.zeros(front.shape[1]), maximise=True))
+    return float(moocore.hv_approx(front, ref=np.zeros(front.shape[1]), maximise=True, method="Rphi-FWE+"))
 
 
 def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) -> float:

@@ -18,6 +18,13 @@ second empty for methods that draw no weights: `vpo/advantage_draw_std`, docs/me
 read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veRL's file logger's
 `{"step": 3, "data": {"...pool_diversity": 0.4, ...}}`.
 
+Per problem (`vpo aggregate problems`): each `evalseed{e}.parquet` pool gives, per problem, best@k and
+pass@k at chosen k and the pool's quality as a multi-objective set (hypervolume of its non-dominated
+set against 0, expected utility E_w[max over the pool of w . r] under uniform Dirichlet weights, the
+number of distinct non-dominated vectors), averaged over evaluation seeds:
+
+    per_problem.csv  task, method, train_seed, problem, metric, k, value
+
 Evolutionary search (`vpo aggregate evolve`): each cell's `evolve/summary.json` and scores become
 rows `task, method, iteration, metric (solved | mean_best), mean, stderr, n_seeds, n_problems`.
 """
@@ -109,6 +116,59 @@ def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, p
         raise ValueError("no evaluation results given")
     per_seed = average_eval_seeds(pd.DataFrame.from_records(rows))
     return per_seed, summarise_seeds(per_seed)
+
+
+# ---- per problem ----------------------------------------------------------------------------------
+POOL_QUALITY = ("hypervolume", "expected_utility", "nondominated")  # per problem, k empty
+
+
+def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[int], eval_seed: int) -> pd.DataFrame:
+    """One candidate frame (`vpo eval`'s parquet) -> rows problem, metric, k, value: best@k and pass@k
+    at each k of `ks` (capped at the pool size) and the POOL_QUALITY metrics (k NaN). Expected utility
+    uses the evaluation's own weights (100 Dirichlet(1) draws from the eval seed, as E_w[best-of-m])."""
+    from vpo.evaluate import N_EVAL_WEIGHTS
+    from vpo.metrics import best_at_k, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
+    from vpo.weights import sample_weights
+
+    rows, weights = [], {}
+    for problem, pool in frame.groupby("problem", sort=True):
+        scalars, n, correct = pool["scalar"].to_numpy(float), len(pool), int(pool["correct"].sum())
+        for k in sorted({min(k, n) for k in ks}):
+            rows += [(problem, "best_at_k", k, best_at_k(scalars, k)), (problem, "pass_at_k", k, pass_at_k(n, correct, k))]
+        dims = int(pool["k"].iloc[0])  # the problem's own number of objectives
+        if dims not in weights:
+            weights[dims] = sample_weights(dims, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive",
+                                           rng=np.random.default_rng(eval_seed))
+        vectors = pool[objective_names[:dims]].to_numpy(float)
+        rows += [(problem, "hypervolume", np.nan, hypervolume(vectors)),
+                 (problem, "expected_utility", np.nan, expected_best_of_m(vectors, weights[dims])),
+                 (problem, "nondominated", np.nan, float(len(nondominated_distinct(vectors))))]
+    return pd.DataFrame.from_records(rows, columns=["problem", "metric", "k", "value"])
+
+
+def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int]) -> pd.DataFrame:
+    """evalseed{e}.parquet pools (their .json beside them names the cell) -> per_problem.csv rows,
+    averaged over evaluation seeds inside each training seed."""
+    from vpo.task import resolve
+
+    frames = []
+    for path in pools:
+        path = Path(path)
+        meta = read_json_object(path.with_suffix(".json"))
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as err:
+            raise ValueError(f"{path}: cannot read the evaluation pool ({err}); rerun `vpo eval` for this cell") from None
+        scores = problem_scores(frame, resolve(meta["task"]).objective_names, ks=ks, eval_seed=int(meta["eval_seed"]))
+        frames.append(scores.assign(task=meta["task"], method=meta["method"], train_seed=int(meta["train_seed"]),
+                                    eval_seed=int(meta["eval_seed"])))
+    if not frames:
+        raise ValueError("no evaluation pools given")
+    rows = pd.concat(frames, ignore_index=True)
+    keys = ["task", "method", "train_seed", "problem", "metric", "k"]
+    if rows.duplicated(keys + ["eval_seed"]).any():
+        raise ValueError("an evaluation pool is given twice (same task, method, training and evaluation seed)")
+    return rows.groupby(keys, dropna=False, sort=True)["value"].mean().reset_index()
 
 
 # ---- training curves --------------------------------------------------------------------------
@@ -207,6 +267,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     training = sub.add_parser("training", help="train.json markers -> training curves CSV")
     training.add_argument("--out", required=True, help="CSV to write (" + ", ".join(TRAINING_COLUMNS) + ")")
     training.add_argument("markers", nargs="+", help="train.json of each cell; metrics.jsonl is read next to it")
+    problems = sub.add_parser("problems", help="evaluation pools -> per_problem.csv (best@k, pass@k, pool quality)")
+    problems.add_argument("--out", required=True, help="CSV to write (task, method, train_seed, problem, metric, k, value)")
+    problems.add_argument("--ks", required=True, help="comma-separated k of best@k and pass@k, e.g. 1,10,30")
+    problems.add_argument("pools", nargs="+", help="evalseed{e}.parquet of every cell; its .json beside it")
     evolve = sub.add_parser("evolve", help="evolve/summary.json of each cell -> search curves CSV")
     evolve.add_argument("--out", required=True, help="CSV to write (task, method, iteration, metric, mean, stderr)")
     evolve.add_argument("summaries", nargs="+", help="evolve/summary.json of each cell; scores.parquet beside it")
@@ -218,6 +282,10 @@ def run(args: argparse.Namespace) -> int:
         write_csv(per_seed, Path(args.out_dir) / "per_seed.csv")
         write_csv(summary, Path(args.out_dir) / "summary.csv")
         print(f"aggregated {len(args.files)} eval results into {len(summary)} summary rows", file=sys.stderr)
+    elif args.what == "problems":
+        per_problem = aggregate_problems(args.pools, [int(k) for k in args.ks.split(",")])
+        write_csv(per_problem, args.out)
+        print(f"scored {per_problem.problem.nunique()} problems of {len(args.pools)} pools", file=sys.stderr)
     elif args.what == "evolve":
         curves = aggregate_evolve(args.summaries)
         write_csv(curves, args.out)

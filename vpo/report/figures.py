@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from vpo.report import interval_figures
 from vpo.report.aggregate import training_curve_stats
 from vpo.report.kit import (METHOD_ORDER, METRIC_LABELS, SEARCH_METRICS, SMOOTH_STEPS, draw_band, draw_curve_panel,
                             draw_search_panel, finish, finish_default_note, max_width_in,
@@ -300,6 +301,10 @@ FIGURES: dict[str, Figure] = {
     "evolve": Figure(evolve, ("curves",), ("task", "methods", "variants", "scale")),
     "ablation": Figure(ablation, ("summary", "per_seed", "training"),
                        ("ablation", "methods", "tasks", "values", "variants", "scale"), optional=("per_seed",)),
+    "intervals": Figure(interval_figures.intervals, ("intervals", "improvement"), ("methods", "tasks", "variants", "scale")),
+    "performance_profiles": Figure(interval_figures.performance_profiles, ("profiles", "per_problem"),
+                                   ("methods", "tasks", "variants", "scale")),
+    "pool_quality": Figure(interval_figures.pool_quality, ("intervals",), ("methods", "tasks", "variants", "scale")),
     "lcb_case_study": Figure(lcb_case_study, ("summary", "per_seed", "curves"), ("methods", "variants", "scale"),
                              optional=("per_seed",)),
 }

@@ -128,8 +128,9 @@ def seed_note(n_seeds: set[int], *, per_seed_lines: bool) -> str | None:
 
 
 def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], note: str | None = None,
-           scale: str | None = None) -> None:
-    """Shared legend below the panels, a suptitle with the seed count (or `note`); save via a temporary name."""
+           scale: str | None = None, integer_x: bool = True) -> None:
+    """Shared legend below the panels, a suptitle with the seed count (or `note`); save via a temporary
+    name. integer_x: linear x axes count steps or k (integer ticks); False for continuous values."""
     from matplotlib.ticker import MaxNLocator
 
     handles, labels = axes[0].get_legend_handles_labels()
@@ -148,7 +149,7 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
     title = textwrap.fill(title, width=width)
     fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=FONT_PT)
     for ax in axes:
-        if ax.get_xscale() == "linear":  # integer steps and k; log axes keep their own ticks
+        if integer_x and ax.get_xscale() == "linear":  # integer steps and k; log axes keep their own ticks
             ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     line_in = 1.45 * FONT_PT / 72  # one line of text
     fig.tight_layout(rect=(0, (0.1 + line_in * legend_rows) / height_in, 1, 1))

@@ -16,7 +16,9 @@ from pathlib import Path
 PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
 TABLE_HELP = {"summary": "aggregate/summary.csv", "per_seed": "aggregate/per_seed.csv (each seed drawn when < 3)",
               "training": "aggregate/training_curves.csv (pool_diversity, advantage_draw_std per step)", "bandit": "mechanism/bandit.csv (`vpo mechanism bandit`)",
-              "sweeps": "mechanism/advantage.csv (`vpo mechanism advantage`)", "curves": "aggregate/evolve_{task}.csv"}
+              "sweeps": "mechanism/advantage.csv (`vpo mechanism advantage`)", "curves": "aggregate/evolve_{task}.csv",
+              "intervals": "aggregate/intervals.csv (`vpo intervals`)", "improvement": "aggregate/improvement.csv",
+              "profiles": "aggregate/profiles.csv", "per_problem": "aggregate/per_problem.csv (`vpo aggregate problems`)"}
 OPTION_HELP = {"methods": "comma-separated methods (legend order)", "tasks": "comma-separated tasks (panel order)",
                "task": "the task", "scale": "a line naming the preset and scale, shown under the title",
                "ablation": "the ablation (config.yaml `ablations`): components, alpha, sampler or m",
@@ -31,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="figure", required=True, metavar="STEM")
     for stem, figure in FIGURES.items():
-        p = sub.add_parser(stem, help=(figure.draw.__doc__ or stem).split("\n")[0])
+        p = sub.add_parser(stem, help=(figure.draw.__doc__ or stem).split("\n")[0].replace("%", "%%"))
         for name in figure.tables:
             p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional,
                            help=TABLE_HELP[name])

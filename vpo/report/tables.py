@@ -193,7 +193,7 @@ def cell_frame(cells: dict[str, dict]) -> pd.DataFrame:
 
 LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "±": r"$\pm$", "†": r"$^\dagger$", "α": r"$\alpha$"}
+                  "±": r"$\pm$", "†": r"$^\dagger$", "α": r"$\alpha$", "·": r"$\cdot$", ">": r"$>$"}
 
 
 def escape_latex(text: str) -> str:

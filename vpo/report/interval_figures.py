@@ -1,0 +1,111 @@
+"""Figures of the bootstrap intervals (vpo/report/intervals.py): intervals per method, performance
+profiles, and the pool-quality measures. Methods keep their colours and markers (vpo/report/kit.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from vpo.report.kit import finish, method_style, panel_grid
+from vpo.report.tables import method_label, task_label
+
+POOL_TITLES = {"hypervolume": "hypervolume (ref. 0)", "expected_utility": "expected utility",
+               "nondominated": "non-dominated vectors"}
+
+
+def draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str = "point", estimators=("iqm", "mean")):
+    """One horizontal line per method: each estimator's point (IQM filled, mean open) with its 95%
+    interval. rows: intervals.csv rows of one task, metric and k (or improvement.csv rows, value
+    'probability', estimators ("",))."""
+    for y, method in enumerate(methods):
+        style = method_style(method)
+        for offset, estimator in zip((-0.15, 0.15), estimators):
+            row = rows[(rows.method == method) & (rows.estimator == estimator)] if estimator else rows[rows.other == method]
+            if row.empty:
+                continue
+            row = row.iloc[0]
+            ax.errorbar(row[value], y + (offset if len(estimators) > 1 else 0),
+                        xerr=[[row[value] - row.low], [row.high - row[value]]], color=style["color"],
+                        marker=style["marker"], mfc=style["color"] if estimator != "mean" else "white", ms=5,
+                        capsize=2, lw=1.4, ls="none")
+    ax.set_yticks(range(len(methods)), [method_label(m) for m in methods])
+    ax.set_ylim(len(methods) - 0.5, -0.5)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _seeds(frame: pd.DataFrame) -> set[int]:
+    return {int(n) for n in frame.n_seeds.unique()}
+
+
+def intervals(*, intervals: pd.DataFrame, improvement: pd.DataFrame, methods: list[str], tasks: list[str], out,
+              scale: str | None = None):
+    """Per task: best@K and pass@K (K the task's largest k), IQM (filled) and mean (open) with 95%
+    stratified-bootstrap intervals over seeds x problems, and the probability that VPO beats each method."""
+    fig, axes = panel_grid(3 * len(tasks))
+    for t, task in enumerate(tasks):
+        mine = intervals[intervals.task == task]
+        for ax, metric in zip(axes[3 * t:3 * t + 2], ("best_at_k", "pass_at_k")):
+            rows = mine[mine.metric == metric]
+            k = rows.k.max()
+            draw_interval_panel(ax, rows[rows.k == k], methods)
+            ax.set(title=f"{task_label(task)}: {metric.split('_at_')[0]}@{int(k)}", xlabel="IQM (filled), mean (open)")
+        ax = axes[3 * t + 2]
+        better = improvement[(improvement.task == task) & (improvement.metric == "best_at_k")]
+        reference = better.method.iloc[0] if len(better) else "vpo"
+        better = better[better.k == better.k.max()]
+        others = [m for m in methods if m != reference]
+        draw_interval_panel(ax, better, others, value="probability", estimators=("",))
+        ax.axvline(0.5, color="0.5", lw=0.8, ls="--")
+        ax.set(title=f"{task_label(task)}: P({method_label(reference)} > ·), best@{int(better.k.max()) if len(better) else ''}",
+               xlabel="probability of improvement")
+    for method in methods:  # the legend: one entry per method
+        axes[0].plot([], [], ls="none", label=method_label(method), **{k: v for k, v in method_style(method).items() if k != "ls"})
+    finish(fig, axes, out, title="Interval estimates over training seeds and problems", n_seeds=_seeds(intervals),
+           note=f"95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} training seeds x "
+                "problems (seeds within problems, and problems)", scale=scale, integer_x=False)
+    return fig
+
+
+def performance_profiles(*, profiles: pd.DataFrame, per_problem: pd.DataFrame, methods: list[str], tasks: list[str],
+                         out, scale: str | None = None):
+    """Per task: the fraction of (training seed, problem) pairs whose best@K exceeds tau (seaborn's
+    complementary ECDF of the scores), with the 95% bootstrap band over seeds and problems."""
+    import seaborn as sns
+
+    fig, axes = panel_grid(len(tasks))
+    n_seeds: set[int] = set()
+    for ax, task in zip(axes, tasks):
+        bands = profiles[profiles.task == task]
+        k = bands.k.max()
+        scores = per_problem[(per_problem.task == task) & (per_problem.metric == "best_at_k") & (per_problem.k == k)]
+        for method in methods:
+            style = method_style(method)
+            mine = scores[scores.method == method]
+            n_seeds.add(int(mine.train_seed.nunique()))
+            sns.ecdfplot(x=mine.value.to_numpy(), complementary=True, ax=ax, color=style["color"], ls=style["ls"],
+                         lw=1.6, label=method_label(method))
+            band = bands[bands.method == method]
+            ax.fill_between(band.tau, band.low, band.high, color=style["color"], alpha=0.15, lw=0, step=None)
+        ax.set(title=f"{task_label(task)}: performance profile of best@{int(k)}", xlabel="τ (task scalar)",
+               ylabel="fraction of seeds x problems > τ", ylim=(-0.02, 1.02))
+        ax.grid(alpha=0.3)
+    finish(fig, axes, out, title="Performance profiles", n_seeds=n_seeds,
+           note=f"line: over {'/'.join(map(str, sorted(n_seeds)))} training seeds x problems; band: 95% stratified "
+                "bootstrap over seeds and problems", scale=scale, integer_x=False)
+    return fig
+
+
+def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str], out, scale: str | None = None):
+    """Per task: the evaluation pool as a multi-objective set, per problem: hypervolume against 0,
+    expected utility under Dirichlet(1) weights, distinct non-dominated vectors; mean (open) and IQM
+    (filled) with 95% intervals over seeds x problems."""
+    fig, axes = panel_grid(3 * len(tasks))
+    for t, task in enumerate(tasks):
+        for ax, metric in zip(axes[3 * t:3 * t + 3], POOL_TITLES):
+            draw_interval_panel(ax, intervals[(intervals.task == task) & (intervals.metric == metric)], methods)
+            ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
+    for method in methods:
+        axes[0].plot([], [], ls="none", label=method_label(method), **{k: v for k, v in method_style(method).items() if k != "ls"})
+    finish(fig, axes, out, title="The evaluation pool as a multi-objective set", n_seeds=_seeds(intervals),
+           note=f"per problem, then 95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} "
+                "training seeds x problems", scale=scale, integer_x=False)
+    return fig
