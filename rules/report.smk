@@ -29,13 +29,15 @@ rule aggregate_problems:  # per problem: best@k and pass@k at report_ks(), the p
         f"{AGG}/per_problem.csv",
     params:
         ks=report_ks(),
+        reference=CFG["report"]["hypervolume_reference"],
     log:
         f"{LOGS}/report/aggregate_problems.log",
     threads: res("report", "threads")
     resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell:
-        "python -m vpo.cli aggregate problems --ks {params.ks} --out {output} {input.pools} > {log} 2>&1"
+        "python -m vpo.cli aggregate problems --ks {params.ks} --hv-reference {params.reference}"
+        " --out {output} {input.pools} > {log} 2>&1"
 
 
 rule intervals:

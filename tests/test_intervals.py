@@ -24,6 +24,13 @@ def test_hypervolume_of_a_small_front_by_hand():
     assert hypervolume(np.zeros((0, 3))) == 0.0
 
 
+def test_a_reference_below_zero_counts_vectors_with_a_zero_objective():
+    # maze-like trade-off: gold or diamond, never both. Against 0 nothing; against -0.1 the two boxes
+    # [-0.1, 1] x [-0.1, 0] and [-0.1, 0] x [-0.1, 1] (0.11 each) share [-0.1, 0]^2 (0.01)
+    assert hypervolume([[1, 0], [0, 1]]) == 0.0
+    assert hypervolume([[1, 0], [0, 1]], reference=-0.1) == pytest.approx(0.21)
+
+
 def test_hypervolume_of_pass_fail_objectives_is_whether_one_candidate_passes_all():
     fails = np.ones((5, 16))
     fails[np.arange(5), np.arange(5)] = 0  # each candidate fails one test

@@ -186,24 +186,27 @@ def nondominated_distinct(vectors: Any) -> np.ndarray:
 EXACT_HYPERVOLUME_MAX_K = 8  # above this, continuous vectors get moocore's deterministic approximation
 
 
-def hypervolume(vectors: Any) -> float:
-    """Hypervolume of the pool's non-dominated set against the zero reference point (maximisation):
-    the volume of the union of boxes [0, r] over the pool.  A vector with a zero (or negative)
-    coordinate spans no volume, so for pass/fail objectives this is 1 when some candidate passes
-    every objective and 0 otherwise.
+def hypervolume(vectors: Any, reference: float = 0.0) -> float:
+    """Hypervolume of the pool's non-dominated set against the reference point (reference, ...,
+    reference), maximising: the volume of the union of the boxes [reference, r] over the pool. With
+    the reference at 0 a vector with a zero coordinate spans no volume: for pass/fail objectives the
+    hypervolume is 1 when some candidate passes every objective and 0 otherwise, and objectives that
+    exclude each other (a maze path that takes the gold leaves the diamond) give 0 for every pool; a
+    reference below 0 counts those vectors too.
 
-    vectors: (n, k).  Exact (moocore) for k <= EXACT_HYPERVOLUME_MAX_K or 0/1 vectors; above that,
+    vectors: (n, k).  Exact (moocore) for k <= EXACT_HYPERVOLUME_MAX_K or 0/1 vectors against 0; else
     moocore's deterministic Rphi-FWE+ approximation (exact volume is exponential in k).  Empty pool: 0.
     """
     import moocore
 
     front = nondominated_distinct(vectors)
-    front = front[(front > 0).all(axis=1)]
+    front = front[(front > reference).all(axis=1)]
     if len(front) == 0:
         return 0.0
-    if front.shape[1] <= EXACT_HYPERVOLUME_MAX_K or np.isin(front, (0.0, 1.0)).all():
-        return float(moocore.hypervolume(front, ref=np.zeros(front.shape[1]), maximise=True))
-    return float(moocore.hv_approx(front, ref=np.zeros(front.shape[1]), maximise=True, method="Rphi-FWE+"))
+    ref = np.full(front.shape[1], float(reference))
+    if front.shape[1] <= EXACT_HYPERVOLUME_MAX_K or (reference == 0 and np.isin(front, (0.0, 1.0)).all()):
+        return float(moocore.hypervolume(front, ref=ref, maximise=True))
+    return float(moocore.hv_approx(front, ref=ref, maximise=True, method="Rphi-FWE+"))
 
 
 def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) -> float:

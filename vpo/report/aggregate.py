@@ -122,10 +122,12 @@ def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, p
 POOL_QUALITY = ("hypervolume", "expected_utility", "nondominated")  # per problem, k empty
 
 
-def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[int], eval_seed: int) -> pd.DataFrame:
+def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[int], eval_seed: int,
+                   hv_reference: float = 0.0) -> pd.DataFrame:
     """One candidate frame (`vpo eval`'s parquet) -> rows problem, metric, k, value: best@k and pass@k
-    at each k of `ks` (capped at the pool size) and the POOL_QUALITY metrics (k NaN). Expected utility
-    uses the evaluation's own weights (100 Dirichlet(1) draws from the eval seed, as E_w[best-of-m])."""
+    at each k of `ks` (capped at the pool size) and the POOL_QUALITY metrics (k NaN; the hypervolume
+    against the point hv_reference in every objective). Expected utility uses the evaluation's own
+    weights (100 Dirichlet(1) draws from the eval seed, as E_w[best-of-m])."""
     from vpo.evaluate import N_EVAL_WEIGHTS
     from vpo.metrics import best_at_k, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
     from vpo.weights import sample_weights
@@ -140,13 +142,13 @@ def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[
             weights[dims] = sample_weights(dims, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive",
                                            rng=np.random.default_rng(eval_seed))
         vectors = pool[objective_names[:dims]].to_numpy(float)
-        rows += [(problem, "hypervolume", np.nan, hypervolume(vectors)),
+        rows += [(problem, "hypervolume", np.nan, hypervolume(vectors, hv_reference)),
                  (problem, "expected_utility", np.nan, expected_best_of_m(vectors, weights[dims])),
                  (problem, "nondominated", np.nan, float(len(nondominated_distinct(vectors))))]
     return pd.DataFrame.from_records(rows, columns=["problem", "metric", "k", "value"])
 
 
-def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int]) -> pd.DataFrame:
+def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int], hv_reference: float = 0.0) -> pd.DataFrame:
     """evalseed{e}.parquet pools (their .json beside them names the cell) -> per_problem.csv rows,
     averaged over evaluation seeds inside each training seed."""
     from vpo.task import resolve
@@ -159,7 +161,8 @@ def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int]) -> pd.
             frame = pd.read_parquet(path)
         except Exception as err:
             raise ValueError(f"{path}: cannot read the evaluation pool ({err}); rerun `vpo eval` for this cell") from None
-        scores = problem_scores(frame, resolve(meta["task"]).objective_names, ks=ks, eval_seed=int(meta["eval_seed"]))
+        scores = problem_scores(frame, resolve(meta["task"]).objective_names, ks=ks, eval_seed=int(meta["eval_seed"]),
+                                hv_reference=hv_reference)
         frames.append(scores.assign(task=meta["task"], method=meta["method"], train_seed=int(meta["train_seed"]),
                                     eval_seed=int(meta["eval_seed"])))
     if not frames:
@@ -270,6 +273,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     problems = sub.add_parser("problems", help="evaluation pools -> per_problem.csv (best@k, pass@k, pool quality)")
     problems.add_argument("--out", required=True, help="CSV to write (task, method, train_seed, problem, metric, k, value)")
     problems.add_argument("--ks", required=True, help="comma-separated k of best@k and pass@k, e.g. 1,10,30")
+    problems.add_argument("--hv-reference", type=float, default=0.0,
+                          help="the hypervolume's reference point, the same in every objective (default 0)")
     problems.add_argument("pools", nargs="+", help="evalseed{e}.parquet of every cell; its .json beside it")
     evolve = sub.add_parser("evolve", help="evolve/summary.json of each cell -> search curves CSV")
     evolve.add_argument("--out", required=True, help="CSV to write (task, method, iteration, metric, mean, stderr)")
@@ -283,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
         write_csv(summary, Path(args.out_dir) / "summary.csv")
         print(f"aggregated {len(args.files)} eval results into {len(summary)} summary rows", file=sys.stderr)
     elif args.what == "problems":
-        per_problem = aggregate_problems(args.pools, [int(k) for k in args.ks.split(",")])
+        per_problem = aggregate_problems(args.pools, [int(k) for k in args.ks.split(",")], args.hv_reference)
         write_csv(per_problem, args.out)
         print(f"scored {per_problem.problem.nunique()} problems of {len(args.pools)} pools", file=sys.stderr)
     elif args.what == "evolve":
