@@ -145,6 +145,9 @@ def test_the_ablation_figure_draws_its_panels_with_variant_labels(aggregates, tm
         solid = next(line for line in axes[3].get_lines() if line.get_linestyle() == "-")
         assert list(solid.get_xdata()) == [1.0, 3.0]
         assert list(solid.get_ydata()) == pytest.approx([value("vpo", 1, 6), value("vpo_alpha_3", 1, 6)])
+        # the values alone label the log axis (its minor ticks, e.g. 2x10^0, once overprinted them)
+        ticks = [t.get_text() for t in axes[3].get_xticklabels(minor=True) + axes[3].get_xticklabels() if t.get_text()]
+        assert ticks == ["1", "3"]
     assert method_style("vpo_alpha_3") != method_style("vpo")  # a variant has its own look
     assert (tmp_path / f"{ablation}.png").stat().st_size > 0
     import matplotlib.pyplot as plt

@@ -145,7 +145,7 @@ def ablation(*, summary: pd.DataFrame, training: pd.DataFrame, ablation: str, me
 def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlabel: str, xscale: str) -> None:
     """best@1 (dashed, open markers) and best@budget (solid) against a setting's value, with ±1 standard
     error bars, one line per method of the table (a variant joins its method's line)."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     from vpo.methods import METHODS
 
@@ -165,6 +165,7 @@ def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlab
     ax.set_xscale(xscale)
     ax.set_xticks(sorted(set(setting.values())))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a log axis would label its minor ticks over the values
     ax.set(xlabel=xlabel, ylabel="best@k (task scalar)", title=f"{task_label(task)}: best@1 and best@{budget}")
     ax.grid(alpha=0.3)
 
