@@ -178,9 +178,8 @@ def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: 
 POOL_LABELS = {"hypervolume": "hypervolume", "expected_utility": "expected utility", "nondominated": "non-dominated"}
 
 
-def format_interval(point: float, low: float, high: float, *, latex: bool = False) -> str:
-    """0.6123, 0.58, 0.64 -> '0.612 [0.580, 0.640]' (values from 1 up, counts: two decimals)."""
-    digits = 2 if abs(point) >= 1 else 3
+def format_interval(point: float, low: float, high: float, *, latex: bool = False, digits: int = 3) -> str:
+    """0.6123, 0.58, 0.64 -> '0.612 [0.580, 0.640]'."""
     text = f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
     return f"${text}$" if latex else text
 
@@ -224,8 +223,9 @@ def render_intervals(table: pd.DataFrame, reference: str, *, latex: bool, html: 
     for row in table.itertuples():
         label = method_label(row.method) if pool else f"{method_label(row.method)}: {metric_name(row.metric, row.k)}"
         cell = cells.setdefault(label, {})
-        if pool:
-            cell[(task_label(row.task), metric_name(row.metric, row.k))] = format_interval(row.mean, row.mean_low, row.mean_high, latex=latex)
+        if pool:  # counts of vectors with two decimals
+            cell[(task_label(row.task), metric_name(row.metric, row.k))] = format_interval(
+                row.mean, row.mean_low, row.mean_high, latex=latex, digits=2 if row.metric == "nondominated" else 3)
             continue
         cell[(task_label(row.task), "mean")] = format_interval(row.mean, row.mean_low, row.mean_high, latex=latex)
         cell[(task_label(row.task), "IQM")] = format_interval(row.iqm, row.iqm_low, row.iqm_high, latex=latex)
