@@ -175,3 +175,44 @@ def test_estimate_all_and_the_tables():
     assert r"$>$" in latex and "·" not in latex
     pool = iv.interval_table(intervals, improvement, ["grpo", "vpo"], ["maze"], list(iv.POOL_LABELS))
     assert "hypervolume" in iv.render_intervals(pool, "vpo", latex=False, pool=True)
+
+
+# ---- figures ----------------------------------------------------------------------------------------
+@pytest.fixture
+def estimates():
+    rng = np.random.default_rng(9)
+    rows = [dict(task="maze", method=method, train_seed=s, problem=p, metric=metric, k=k,
+                 value=0.0 if metric == "hypervolume" else float(rng.random() + shift))
+            for method, shift in (("grpo", 0.0), ("vpo", 0.3)) for s in range(3) for p in range(12)
+            for metric, k in (("best_at_k", 1.0), ("best_at_k", 6.0), ("pass_at_k", 6.0), ("hypervolume", np.nan),
+                              ("expected_utility", np.nan), ("nondominated", np.nan))]
+    per_problem = pd.DataFrame(rows)
+    return (per_problem, *iv.estimate_all(per_problem, "vpo", reps=200, seed=0))
+
+
+def test_the_interval_figures_draw_every_method(estimates, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from vpo.report import interval_figures as figs
+
+    per_problem, intervals, improvement, profiles = estimates
+    fig = figs.intervals(intervals=intervals, improvement=improvement, methods=["grpo", "vpo"], tasks=["maze"],
+                         out=tmp_path / "intervals.png")
+    best, _, better = fig.axes[:3]
+    assert [t.get_text() for t in best.get_yticklabels()] == ["GRPO", "VPO"]
+    assert len(best.lines) >= 4  # IQM and mean per method
+    assert [t.get_text() for t in better.get_yticklabels()] == ["GRPO"]  # VPO against the others
+    plt.close(fig)
+    fig = figs.performance_profiles(profiles=profiles, per_problem=per_problem, methods=["grpo", "vpo"],
+                                    tasks=["maze"], out=tmp_path / "profiles.png")
+    ax = fig.axes[0]
+    assert len(ax.collections) == 2  # one bootstrap band per method
+    # seaborn's complementary ECDF: starts at 1 and ends at 0
+    ys = ax.lines[0].get_ydata()
+    assert ys[0] == pytest.approx(1.0) and ys[-1] == pytest.approx(0.0)
+    plt.close(fig)
+    fig = figs.pool_quality(intervals=intervals, methods=["grpo", "vpo"], tasks=["maze"], out=tmp_path / "pool.png")
+    assert any("0 for every pool" in text.get_text() for text in fig.axes[0].texts)  # hypervolume all 0
+    assert not fig.axes[1].texts
+    plt.close(fig)
+    assert all((tmp_path / name).stat().st_size > 0 for name in ("intervals.png", "profiles.png", "pool.png"))

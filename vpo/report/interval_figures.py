@@ -8,7 +8,7 @@ import pandas as pd
 from vpo.report.kit import finish, method_style, panel_grid
 from vpo.report.tables import method_label, task_label
 
-POOL_TITLES = {"hypervolume": "hypervolume (ref. 0)", "expected_utility": "expected utility",
+POOL_TITLES = {"hypervolume": "hypervolume", "expected_utility": "expected utility",
                "nondominated": "non-dominated vectors"}
 
 
@@ -101,8 +101,12 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
     fig, axes = panel_grid(3 * len(tasks))
     for t, task in enumerate(tasks):
         for ax, metric in zip(axes[3 * t:3 * t + 3], POOL_TITLES):
-            draw_interval_panel(ax, intervals[(intervals.task == task) & (intervals.metric == metric)], methods)
+            rows = intervals[(intervals.task == task) & (intervals.metric == metric)]
+            draw_interval_panel(ax, rows, methods)
             ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
+            if metric == "hypervolume" and len(rows) and (rows.high == 0).all():
+                ax.text(0.6, 0.5, "0 for every pool:\nno vector above the\nreference point in\nevery objective", transform=ax.transAxes, ha="center", va="center",
+                        fontsize="small", bbox={"facecolor": "white", "edgecolor": "0.7"})
     for method in methods:
         axes[0].plot([], [], ls="none", label=method_label(method), **{k: v for k, v in method_style(method).items() if k != "ls"})
     finish(fig, axes, out, title="The evaluation pool as a multi-objective set", n_seeds=_seeds(intervals),
