@@ -58,7 +58,7 @@ $(TEST_STAMP): $(STAMP)
 	touch $@
 
 test: $(TEST_STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest --durations=20  # the 20 slowest tests: where the suite's time goes
 
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator
