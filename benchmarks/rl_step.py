@@ -1,5 +1,5 @@
 """The CPU trainer's RL step: generation of one step's rollouts with transformers' `generate` and with
-vpo/local/sampler.py, and (given a finished run) the step times its cells logged.
+vpo/llama_sampler.py, and (given a finished run) the step times its cells logged.
 
     python benchmarks/rl_step.py                          # generation of 8 prompts x 8 rollouts, both ways
     python benchmarks/rl_step.py --runs results/cpu/runs  # and the median step and generation seconds per cell
@@ -26,7 +26,7 @@ from benchmarks.generate import build_fixture  # noqa: E402
 def time_generation(model, tokenizer, prompt_ids, n: int, max_new_tokens: int, repeats: int, fast: bool):
     """(seconds per call, tokens per second) of sample_responses over `repeats` calls."""
     from vpo.generate import SamplingSettings, sample_responses
-    from vpo.local import sampler
+    from vpo import llama_sampler as sampler
 
     original = sampler.supports
     sampler.supports = original if fast else (lambda model: False)
@@ -76,12 +76,12 @@ def main() -> None:
     print(f"one RL step's generation: {rollouts} rollouts of up to {args.max_new_tokens} tokens, "
           f"{args.threads} thread(s)")
     results = {}
-    for name, fast in (("transformers generate", False), ("vpo/local/sampler.py", True)):
+    for name, fast in (("transformers generate", False), ("vpo/llama_sampler.py", True)):
         seconds, rate = time_generation(model, tokenizer, prompt_ids, args.samples, args.max_new_tokens,
                                         args.repeats, fast)
         results[name] = seconds
         print(f"  {name:22s} {seconds:7.3f} s per step   {rate:9.0f} tokens/s")
-    print(f"  speed-up: {results['transformers generate'] / results['vpo/local/sampler.py']:.1f}x")
+    print(f"  speed-up: {results['transformers generate'] / results['vpo/llama_sampler.py']:.1f}x")
     if args.runs:
         rows = logged_step_times(args.runs)
         print(f"logged by the cells under {args.runs} (median over steps):")

@@ -159,3 +159,12 @@ def test_missing_diversity_is_an_error(tmp_path):
     marker = make_cell(tmp_path, "maze", "grpo", 0, [json.dumps({"step": 1, "score_mean": 0.1}) + "\n"])
     with pytest.raises(ValueError, match="no 'pool_diversity' values"):
         aggregate_training([marker])
+
+
+@pytest.mark.parametrize("steps", [[1, 2, 3, 2, 3], [1, 2, 2], [3, 1]])
+def test_repeated_or_backward_steps_are_an_error_naming_the_file(tmp_path, steps):
+    """Two trainers once wrote one cell's metrics (steps 35-40 twice): aggregation refuses such a file."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "pool_diversity": 0.5}) + "\n" for s in steps))
+    with pytest.raises(ValueError, match=rf"{path}:\d+: step \d+ after step \d+"):
+        read_metrics_jsonl(path)

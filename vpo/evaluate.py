@@ -234,10 +234,15 @@ def run(args: argparse.Namespace) -> int:
     settings = task_settings(cfg, args.task)
     backend = generation_backend(cfg, args.backend)
     train_seed = args.train_seed if args.train_seed is not None else parse_train_seed(args.model)
-    payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
-                       eval_settings=settings["eval"], m=answers_per_rollout(cfg, args.task, args.method), train_seed=train_seed,
-                       backend=backend, n_problems=args.n_problems, batch_size=args.batch_size,
-                       alpha=method_settings(cfg, args.method).get("alpha"))
+    from vpo.cell_lock import writing_cell
+
+    out = Path(args.out)  # <cell>/eval/evalseed<e>.parquet in the workflow: that cell's lock, shared
+    cell, output = (out.parent.parent, f"eval/{out.stem}") if out.parent.name == "eval" else (out.parent, out.stem)
+    with writing_cell(cell, what=f"vpo eval {args.out}", output=output):
+        payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
+                           eval_settings=settings["eval"], m=answers_per_rollout(cfg, args.task, args.method),
+                           train_seed=train_seed, backend=backend, n_problems=args.n_problems,
+                           batch_size=args.batch_size, alpha=method_settings(cfg, args.method).get("alpha"))
     budget = payload["budget"]
     print(json.dumps({"method": args.method, "best@1": payload["best_at_k"][0],
                       f"best@{budget}": payload["best_at_k"][-1], "diversity": payload["diversity"],

@@ -383,9 +383,13 @@ def run(args: argparse.Namespace) -> int:
         print(chosen["note"])
         return 0
     backend = generation_backend(cfg, args.backend)
-    summary = search_cell(model=args.model, task_name=args.task, method_name=args.method, data_dir=args.data,
-                          hardest=args.hardest, out=args.out, cfg=cfg,
-                          train_seed=parse_train_seed(args.model) or 0, backend=backend)
+    from vpo.cell_lock import writing_cell
+
+    out = Path(args.out)  # <cell>/evolve
+    with writing_cell(out.parent, what=f"vpo evolve search {args.out}", output=f"{out.name}/search"):
+        summary = search_cell(model=args.model, task_name=args.task, method_name=args.method, data_dir=args.data,
+                              hardest=args.hardest, out=args.out, cfg=cfg,
+                              train_seed=parse_train_seed(args.model) or 0, backend=backend)
     print(json.dumps({k: summary[k] for k in ("method", "train_seed", "n_problems", "solved", "mean_best_score",
                                                "wall_time_s")}))
     return 0

@@ -122,12 +122,12 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
 
     Each response ends at (and includes) the first EOS, or stops at `max_new_tokens`.
     Sequences are generated `batch_size` at a time, left-padded, with the KV cache: the CPU backend's
-    tiny Llama models by vpo/local/sampler.py (the same draws, an order of magnitude faster), any other
+    tiny Llama models by vpo/llama_sampler.py (the same draws, an order of magnitude faster), any other
     model by transformers' `generate`.
     """
     import torch
 
-    from vpo.local import sampler
+    from vpo import llama_sampler as sampler
     from vpo.progress import Progress
 
     if sampling.seed is not None:
@@ -140,7 +140,7 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     was_training = model.training
     model.eval()
     tracker = Progress(len(flat), "generate: sequences") if progress else None
-    fast = sampler.supports(model)  # the CPU backend's tiny Llama: plain torch, same draws (vpo/local/sampler.py)
+    fast = sampler.supports(model)  # the CPU backend's tiny Llama: plain torch, same draws (vpo/llama_sampler.py)
     for start in range(0, len(flat), batch_size):
         batch = flat[start:start + batch_size]
         input_ids, attention = left_pad(batch, pad)

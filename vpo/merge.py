@@ -99,8 +99,11 @@ def merge_run(run_dir, out=None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vpo.cell_lock import writing_cell
+
     try:
-        model = merge_run(args.run, args.out)
+        with writing_cell(args.run, what=f"vpo merge {args.run}", output="model"):
+            model = merge_run(args.run, args.out)
     except MergeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

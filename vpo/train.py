@@ -84,7 +84,7 @@ def check_inputs(args, backend: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import answers_per_rollout, cell_digest, load_config, method_settings
+    from vpo.config import load_config
     from vpo.methods import get_method
     from vpo.task import resolve
 
@@ -93,6 +93,16 @@ def run(args: argparse.Namespace) -> int:
     get_method(args.method)  # after the config, which registers its method variants
     backend = args.backend or cfg["backend"]
     check_inputs(args, backend)
+    from vpo.cell_lock import writing_cell
+
+    with writing_cell(args.out, what=f"vpo train {args.task}/{args.method}/seed{args.seed}"):
+        return train_cell(args, cfg, backend)
+
+
+def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
+    """Train the cell of `args` with `backend`, holding its lock (vpo/cell_lock.py)."""
+    from vpo.config import answers_per_rollout, cell_digest, method_settings
+
     if backend == "verl":
         return train_verl(cfg, args.task, args.method, args.seed, args.out, args.data,
                           print_command=args.print_command, model=args.base_model)

@@ -204,6 +204,9 @@ def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float, float]
             raise ValueError(f"{path}:{number}: not a JSON object") from None
         point = parse_metrics_line(record)
         if point is not None:
+            if points and point[0] <= points[-1][0]:  # two writers, or a resume that did not truncate
+                raise ValueError(f"{path}:{number}: step {point[0]} after step {points[-1][0]}; the steps of a "
+                                 "metrics file must increase. Retrain the cell (snakemake -f <cell>/train.json)")
             points.append(point)
     return points
 

@@ -1,4 +1,4 @@
-"""vpo/local/sampler.py against transformers: the same logits, and on a seed the same sequences that
+"""vpo/llama_sampler.py against transformers: the same logits, and on a seed the same sequences that
 `model.generate` samples (greedy, temperature, top-k and top-p), left padding and early stops included."""
 
 import pytest
@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from vpo.generate import left_pad  # noqa: E402
-from vpo.local import sampler  # noqa: E402
+from vpo import llama_sampler as sampler  # noqa: E402
 from vpo.local.model import TinyModelSettings, build_model  # noqa: E402
 
 VOCAB, PAD, BOS, EOS = 40, 0, 1, 2

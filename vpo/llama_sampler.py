@@ -1,4 +1,4 @@
-"""Batched sampling for the tiny Llama models of the CPU backend in plain torch, with a preallocated
+"""Batched sampling for the tiny Llama models of the CPU backend (vpo/local) in plain torch, with a preallocated
 KV cache.
 
 transformers' `model.generate` spends about 8 ms per decoding step on a 2-layer, 64-wide model,
@@ -8,7 +8,7 @@ of the `LlamaForCausalLM` given, read in place) with a handful of tensor operati
 step, and draws tokens as `generate` does: logits / temperature, top-k and top-p when set, one
 `torch.multinomial` call per step over the whole batch, finished rows padded. With the same seed it
 draws from the same random stream, so it samples the responses `generate` samples wherever the two
-computations' float rounding does not move a draw across a bucket boundary (tests/test_sampler.py
+computations' float rounding does not move a draw across a bucket boundary (tests/test_llama_sampler.py
 checks logits against transformers and the sequences on a seed).
 
 `supports(model)` says whether a model is one it reproduces (the Llama family as `build_model`
@@ -18,7 +18,6 @@ makes it: default rotary embedding, no biases, SiLU MLP); anything else is left 
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 
 def supports(model) -> bool:
@@ -167,11 +166,3 @@ def sample_batch(model, input_ids, attention, *, max_new_tokens: int, eos: int, 
                                      real[:, None, None, :at + 1])
             next_position = next_position + 1
     return out
-
-
-def sample(model, prompt_ids: Sequence[Sequence[int]], **settings):
-    """sample_batch on unpadded prompts (left-padded here with settings['pad'])."""
-    from vpo.generate import left_pad
-
-    input_ids, attention = left_pad(prompt_ids, settings["pad"])
-    return sample_batch(model, input_ids, attention, **settings)

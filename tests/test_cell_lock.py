@@ -1,0 +1,102 @@
+"""One trainer per cell: a second job writing a cell that a live process writes stops at once, naming
+the cell and that process; a killed holder leaves nothing that blocks; evaluation seeds share a cell."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from vpo.cell_lock import CELL_LOCK, CellBusy, hold, writing_cell
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def holder(cell, *, output=None, what="vpo train maze/grpo/seed0"):
+    """A separate process that takes the job's locks on `cell` and sleeps until killed."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from vpo.cell_lock import writing_cell
+        with writing_cell({str(cell)!r}, what={what!r}, output={output!r}):
+            print("held", flush=True)
+            time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_trainer_on_a_cell_stops_naming_the_cell_and_the_holder(tmp_path):
+    cell = tmp_path / "runs" / "maze" / "grpo" / "seed0"
+    proc = holder(cell)
+    try:
+        with pytest.raises(CellBusy) as err:
+            with writing_cell(cell, what="vpo train maze/grpo/seed0"):
+                pytest.fail("two trainers held one cell")
+        message = str(err.value)
+        assert str(cell) in message and f"pid {proc.pid} (vpo train maze/grpo/seed0)" in message
+        with pytest.raises(CellBusy):  # an evaluation of the cell waits for its training too
+            with writing_cell(cell, what="vpo eval", output="eval/evalseed0"):
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_killed_holder_releases_the_cell_and_its_note_is_cleared(tmp_path):
+    cell = tmp_path / "cell"
+    proc = holder(cell)
+    os.kill(proc.pid, signal.SIGKILL)  # as a killed Snakemake's orphaned job dies at last
+    proc.wait()
+    with writing_cell(cell, what="vpo train again"):
+        notes = sorted(p.name for p in cell.glob(CELL_LOCK + ".*"))
+        assert notes == [f"{CELL_LOCK}.{os.getpid()}"]  # the dead holder's note is gone once looked at
+    assert not list(cell.glob(CELL_LOCK + ".*"))
+
+
+def test_evaluation_seeds_of_one_cell_run_side_by_side_but_not_one_seed_twice(tmp_path):
+    cell = tmp_path / "cell"
+    proc = holder(cell, output="eval/evalseed0", what="vpo eval seed 0")
+    try:
+        with writing_cell(cell, what="vpo eval seed 1", output="eval/evalseed1"):
+            pass  # shared cell lock, its own output lock
+        with pytest.raises(CellBusy, match=r"vpo eval seed 0"):
+            with writing_cell(cell, what="vpo eval seed 0 again", output="eval/evalseed0"):
+                pass
+        with pytest.raises(CellBusy):  # nor a retrain while the evaluation reads the cell
+            with writing_cell(cell, what="vpo train"):
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_lock_is_released_when_its_block_ends(tmp_path):
+    lock = tmp_path / ".x.lock"
+    with hold(lock, what="first"):
+        pass
+    with hold(lock, what="second"):
+        pass
+
+
+def test_vpo_train_refuses_a_cell_another_trainer_holds(tmp_path, tiny_maze_data, tiny_base_model):
+    """The reproduction: a trainer left running, and `vpo train` on the same cell again."""
+    from vpo.cli import main
+
+    cell = tmp_path / "run"
+    proc = holder(cell)
+    try:
+        started = time.time()
+        with pytest.raises(CellBusy, match=rf"pid {proc.pid} \(vpo train"):
+            main(["train", "--backend", "local", "--task", "maze", "--method", "grpo", "--seed", "0",
+                  "--data", str(tiny_maze_data), "--base-model", str(tiny_base_model), "--out", str(cell),
+                  "--preset", "ci", "--config", str(REPO / "config.yaml")])
+        assert time.time() - started < 30  # at once, before any model loads
+        assert not (cell / "metrics.jsonl").exists()
+    finally:
+        proc.kill()
+        proc.wait()
