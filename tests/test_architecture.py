@@ -113,3 +113,15 @@ def test_the_architecture_doc_lists_what_each_module_imports():
             assert listed == actual, f"{module}: the doc lists {sorted(listed)}, the file imports {sorted(actual)}"
             checked += 1
     assert checked >= 30
+
+
+def test_every_test_a_document_cites_exists():
+    """docs/reliability.md keeps each promise with a named test: the names must be real tests."""
+    import re
+
+    cited = {(path, name) for doc in (REPO / "docs").glob("*.md")
+             for path, name in re.findall(r"(tests/\w+\.py)::(\w+)", doc.read_text())}
+    assert cited, "no test is cited"
+    missing = [f"{path}::{name}" for path, name in sorted(cited)
+               if not re.search(rf"^def {name}\(", (REPO / path).read_text(), re.M)]
+    assert not missing, f"cited tests that do not exist: {missing}"
