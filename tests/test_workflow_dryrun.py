@@ -158,6 +158,7 @@ def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
 @pytest.mark.parametrize("config, key, words", [
     ({"methods": ["grpo", "vpo", "reinforce"]}, "methods", "'reinforce' is neither a method"),
     ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
+    ({"seeds": [2**32]}, "seeds[0]", "4294967296 is greater than the maximum of 4294967295"),  # crashed training
     ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
     ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
     ({"method_settings": {"vpo": {"alpah": 0.5}}}, "method_settings.vpo", "'alpah' was unexpected"),
