@@ -92,3 +92,23 @@ def test_vllm_engine_kwargs_per_machine():
     assert vllm_engine_kwargs(on_cpu=True, gpu_memory_utilization=0.4) == {
         "dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
         "enable_chunked_prefill": False}
+
+
+def test_a_damaged_model_file_is_named_with_the_command_that_rebuilds_it(tmp_path):
+    """A truncated merged model.safetensors once stopped evaluation with 'invalid header length' alone."""
+    from vpo.generate import load_pretrained
+    from vpo.local.model import TinyModelSettings, build_model, build_tokenizer, save_pretrained_atomic
+
+    tokenizer = build_tokenizer(["a b c"])
+    model = build_model(len(tokenizer), TinyModelSettings(hidden_size=32, num_layers=1, num_heads=1,
+                                                          intermediate_size=32, max_positions=16),
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    out = tmp_path / "results" / "ci" / "runs" / "maze" / "vpo" / "seed0" / "model"
+    save_pretrained_atomic(model, tokenizer, out)
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError) as err:
+        load_pretrained(out)
+    message = str(err.value)
+    assert f"{weights} is not a loadable model" in message
+    assert f"snakemake --cores all --config preset=ci -f {out}" in message

@@ -296,3 +296,18 @@ def test_command_line_seeds_win_over_the_default_preset(tmp_path):
     counts = kinds(dryrun(tmp_path, config={"seeds": ["0"]}))
     assert counts["train.json"] == 4  # 4 methods x 1 seed
 
+
+
+@pytest.mark.parametrize("path", ["results/ci/runs/maze/grpo/seed0/model", "results/ci/data/maze/train.parquet",
+                                  "figures/ci/pass_at_k.pdf"])
+def test_a_rebuild_hint_plans_the_file_in_its_own_preset(tmp_path, path):
+    """The hints errors print, run as printed (dry): outside the cpu preset they once named no preset, and
+    Snakemake answered MissingRuleException (or planned the default preset's settings)."""
+    import shlex
+
+    from vpo.data import rebuild_hint
+
+    hint = re.search(r"`snakemake (.*)`", rebuild_hint(path)).group(1)
+    output = cli_dryrun(tmp_path, *shlex.split(hint))
+    assert "preset ci" in output or "results/ci/" in output
+    assert path in output

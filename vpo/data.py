@@ -11,8 +11,13 @@ from vpo.prompts import to_plain
 
 
 def rebuild_hint(path: str | os.PathLike) -> str:
-    """The command that rebuilds a workflow output."""
-    return f"rebuild it with `snakemake --cores all -f {path}`"
+    """The command that rebuilds a workflow output, with the preset whose tree holds it
+    (results/<preset>/..., figures/<preset>/...): without it Snakemake plans the default preset only."""
+    parts = Path(path).parts
+    preset = next((parts[i + 1] for i in range(len(parts) - 2) if parts[i] in ("results", "figures")
+                   and parts[i + 1] != "config"), None)
+    option = f" --config preset={preset}" if preset else ""
+    return f"rebuild it with `snakemake --cores all{option} -f {path}`"
 
 
 def read_json_object(path: str | os.PathLike) -> dict:

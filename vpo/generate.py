@@ -37,8 +37,9 @@ def load_pretrained(path: str | Path, *, dtype=None):
         tokenizer = AutoTokenizer.from_pretrained(path)
         kwargs = {} if dtype is None else {"dtype": dtype}
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except (OSError, ValueError, EnvironmentError) as err:  # transformers' errors for damaged files
-        raise ValueError(f"{path} is not a loadable model ({' '.join(str(err).split())[:300]}); "
+    except Exception as err:  # transformers' and safetensors' errors for damaged or missing files
+        damaged = path / "model.safetensors" if type(err).__name__ == "SafetensorError" else path
+        raise ValueError(f"{damaged} is not a loadable model ({' '.join(str(err).split())[:300]}); "
                          f"{rebuild_hint(path)} (a merged cell model or a base model)") from err
     tokenizer.padding_side = "left"
     return model, tokenizer

@@ -71,9 +71,13 @@ def train_verl(cfg: dict, task: str, method: str, seed: int, out_dir, data_dir, 
 
 def check_inputs(args, backend: str) -> None:
     """Fail in seconds, before any model loads, on missing data / base model or unknown names."""
+    from vpo.data import rebuild_hint
+
     if not (Path(args.data) / "train.parquet").is_file():
-        raise SystemExit(f"error: {args.data}/train.parquet not found; run `vpo preprocess --task {args.task} "
-                         f"--out {args.data}` first")
+        # the workflow writes it with the preset's data settings (`vpo preprocess` alone writes the defaults)
+        raise SystemExit(f"error: {args.data}/train.parquet not found; "
+                         f"{rebuild_hint(Path(args.data) / 'train.parquet').replace('rebuild it', 'build it')} "
+                         f"(or `vpo preprocess --task {args.task} --out {args.data}` with your own data settings)")
     if backend == "local":
         if not args.base_model:
             raise SystemExit("error: --backend local needs --base-model (build it with `vpo base-model`)")
