@@ -255,7 +255,7 @@ def _unfinished(out):
 
 
 def test_resume_needs_the_same_record_and_skips_a_damaged_newest_checkpoint(tiny_maze_data, tiny_base_model,
-                                                                            tiny_local_settings, tmp_path):
+                                                                            tiny_local_settings, tmp_path, caplog):
     import shutil
 
     from vpo.local.checkpoint import checkpoint_steps
@@ -271,9 +271,19 @@ def test_resume_needs_the_same_record_and_skips_a_damaged_newest_checkpoint(tiny
     _unfinished(out)
     (out / "checkpoints" / "step_4" / "trainer_state.pt").write_bytes(b"not a checkpoint")
     assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 2
+    # a truncated model file in the newest checkpoint (a kill mid-write once blocked every resume): the one before
+    _unfinished(out)
+    weights = out / "checkpoints" / "step_4" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with caplog.at_level("WARNING"):
+        assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 2
+    assert str(weights) in caplog.text
     # a rebuilt base model (a new build record) is not resumed from
     _unfinished(out)
     rebuilt = tmp_path / "base"
     shutil.copytree(tiny_base_model, rebuilt)
     (rebuilt / "base.json").write_text((rebuilt / "base.json").read_text().replace("{", '{"rebuilt": true, ', 1))
     assert train_local(_spec(tiny_maze_data, rebuilt, out, tiny_local_settings))["resumed_from_step"] == 0
+    # each fresh start sets the old checkpoints aside; only the newest set-aside copy is kept
+    assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 0
+    assert len(list(out.glob("checkpoints.stale-*"))) == 1

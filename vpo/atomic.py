@@ -95,7 +95,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def set_aside(path: str | os.PathLike) -> Path:
-    """Rename a directory to a new `<name>.stale-<time>[-n]` sibling (kept, never deleted); returns it."""
+    """Rename a directory to a new `<name>.stale-<time>[-n]` sibling and delete the older such
+    siblings (one set-aside copy is kept, so forced retrains do not pile them up); returns it."""
     import time
 
     path = Path(path)
@@ -103,6 +104,9 @@ def set_aside(path: str | os.PathLike) -> Path:
     while (aside := path.with_name(f"{path.name}.stale-{stamp}" + (f"-{n}" if n else ""))).exists():
         n += 1
     path.rename(aside)
+    for older in path.parent.glob(f"{path.name}.stale-*"):
+        if older != aside and older.is_dir():
+            shutil.rmtree(older, ignore_errors=True)
     return aside
 
 

@@ -97,10 +97,20 @@ def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_
 
 
 def load_trainer_state(checkpoint_dir: str | os.PathLike) -> dict:
+    """The trainer state of a checkpoint, after checking every file a resume reads: the model's config
+    and weights (each tensor read) as well as the state itself; any damage raises, naming the file."""
     import torch
+    from safetensors.torch import load_file
 
+    checkpoint_dir = Path(checkpoint_dir)
+    for name in ("config.json", "model.safetensors"):
+        path = checkpoint_dir / "model" / name
+        try:
+            json.loads(path.read_text()) if name.endswith(".json") else load_file(path)
+        except Exception as err:
+            raise ValueError(f"{path}: {' '.join(str(err).split())[:200]}") from err
     # tensors, the optimizer's plain state and the numpy generator's state dict: safe to load as weights only
-    return torch.load(Path(checkpoint_dir) / "trainer_state.pt", weights_only=True)
+    return torch.load(checkpoint_dir / "trainer_state.pt", weights_only=True)
 
 
 def truncate_metrics(path: str | os.PathLike, last_step: int) -> int:
