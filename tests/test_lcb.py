@@ -226,3 +226,19 @@ def test_single_answer_and_weighted_rewards(splits):
     assert single["score"] == pytest.approx(2 / 3) and single["acc"] == 0.0
     weights = [0.5, 0.5] + [0.0] * 14
     assert compute_score("lcb", code, {**truth, "weights": weights})["score"] == pytest.approx(0.5)
+
+
+def test_a_huge_program_is_not_parsed_in_the_scoring_process():
+    """A 10 MB program once took 12.7 s to fingerprint and compile (m = 1), in the calling process."""
+    from unittest import mock
+
+    from vpo_tasks import lcb_grading
+    from vpo_tasks.lcb_grading import MAX_PROGRAM_CHARS, compiles, fingerprint
+
+    huge = "x = 1\n" * (10_000_000 // 6)
+    refuse = mock.Mock(side_effect=AssertionError("parsed a program over the cap"))
+    with mock.patch.object(lcb_grading.ast, "parse", refuse), mock.patch.object(lcb_grading, "compile", refuse,
+                                                                               create=True):
+        assert not compiles(huge) and fingerprint(huge).startswith("text:")
+    small = "x = 1\n" * (MAX_PROGRAM_CHARS // 12)
+    assert compiles(small) and fingerprint(small).startswith("ast:")

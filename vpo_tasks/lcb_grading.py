@@ -131,9 +131,16 @@ def eval_program(candidate: str) -> str:
     return candidate.split("```")[0].strip()
 
 
+# Parsing runs in the scoring process with no time limit (a 10 MB program took 12.7 s): a longer
+# program is not parsed. Responses are token-limited far below this (8192 tokens ~ 40 kB).
+MAX_PROGRAM_CHARS = 200_000
+
+
 def fingerprint(code: str) -> str:
-    """AST dump (comments, blank lines and spacing ignored); code that does not parse: its text with
-    whitespace collapsed, lower-cased."""
+    """AST dump (comments, blank lines and spacing ignored); code that does not parse, or is longer
+    than MAX_PROGRAM_CHARS: its text with whitespace collapsed, lower-cased."""
+    if len(code) > MAX_PROGRAM_CHARS:
+        return "text:" + " ".join(code.split()).lower()
     try:
         return "ast:" + ast.dump(ast.parse(code))
     except Exception:  # SyntaxError, RecursionError on absurd nesting, ValueError on NUL bytes
@@ -141,7 +148,9 @@ def fingerprint(code: str) -> str:
 
 
 def compiles(code: str) -> bool:
-    """Whether the program compiles (compiling runs nothing)."""
+    """Whether the program compiles (compiling runs nothing); a program over MAX_PROGRAM_CHARS does not."""
+    if len(code) > MAX_PROGRAM_CHARS:
+        return False
     try:
         compile(code, "main.py", "exec")
         return True
