@@ -166,7 +166,7 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
     prompt = read_rows(tiny_maze_data, "test")[0]["prompt"]
     with LoopbackServer(backend, "tiny", max_tokens_cap=16) as server:
         assert server._httpd.server_address[0] == "127.0.0.1" and server.url.startswith("http://127.0.0.1:")
-        llm = OpenAILLM(LLMModelConfig(name="tiny", api_base=server.url, api_key="none", temperature=0.7,
+        llm = OpenAILLM(LLMModelConfig(name="tiny", api_base=server.url, api_key=server.token, temperature=0.7,
                                        top_p=1.0, max_tokens=64, timeout=60, retries=0, retry_delay=1,
                                        random_seed=7))
         first = asyncio.run(llm.generate_with_context("", list(prompt)))
@@ -174,10 +174,11 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
         # what the project's backend samples for the same conversation, seed and (capped) length
         direct = backend.generate([prompt], 1, SamplingSettings(temperature=0.7, max_new_tokens=16, seed=7))[0][0]
         assert first == again == direct
-        with urllib.request.urlopen(f"{server.url}/models") as reply:
+        auth = {"Authorization": f"Bearer {server.token}"}
+        with urllib.request.urlopen(urllib.request.Request(f"{server.url}/models", headers=auth)) as reply:
             assert json.load(reply)["data"][0]["id"] == "tiny"
         request = urllib.request.Request(f"{server.url}/chat/completions", data=b'{"messages": []}',
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **auth})
         with pytest.raises(urllib.error.HTTPError) as bad:
             urllib.request.urlopen(request)
         assert bad.value.code == 400 and "messages" in json.load(bad.value)["error"]["message"]

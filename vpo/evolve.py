@@ -124,7 +124,7 @@ def user_template(problem_prompt: str, *, parent_in_prompt: bool) -> str:
     return (PARENT_SECTION if parent_in_prompt else "") + escaped
 
 
-def openevolve_config(settings: EvolveSettings, *, url: str, model_name: str, sampling: dict, seed: int,
+def openevolve_config(settings: EvolveSettings, *, url: str, api_key: str, model_name: str, sampling: dict, seed: int,
                       language: str, templates: Path, problem_file: Path, trace: Path, task: str, m: int) -> dict:
     """OpenEvolve's configuration (as its YAML would hold it) for one problem's search."""
     return {
@@ -132,7 +132,7 @@ def openevolve_config(settings: EvolveSettings, *, url: str, model_name: str, sa
         "random_seed": seed, "language": language, "file_suffix": ".py" if language == "python" else ".txt",
         "diff_based_evolution": False,  # the models write whole answers, never SEARCH/REPLACE diffs
         "max_code_length": 100_000, "log_level": "WARNING",
-        "llm": {"api_base": url, "api_key": "none", "models": [{"name": model_name, "weight": 1.0}],
+        "llm": {"api_base": url, "api_key": api_key, "models": [{"name": model_name, "weight": 1.0}],
                 "temperature": sampling["temperature"], "top_p": sampling["top_p"],
                 "max_tokens": sampling["max_new_tokens"], "timeout": 1800, "retries": 2, "retry_delay": 1},
         "prompt": {"template_dir": str(templates), "system_message": "", "use_template_stochasticity": False,
@@ -192,7 +192,7 @@ def best_so_far(initial: dict, by_iteration: dict[int, dict], iterations: int) -
     return rows
 
 
-def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, url: str,
+def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, url: str, api_key: str,
                    model_name: str, sampling: dict, seed: int, task, m: int) -> dict:
     """Run (or resume) one problem's search; returns its result, also written to result.json."""
     from openevolve import OpenEvolve
@@ -215,10 +215,11 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
     start = ""  # the empty program (module docstring)
     initial = write_text_atomic(problem_dir / f"initial{suffix}", start)
     trace, output_dir = problem_dir / "trace.jsonl", problem_dir / "openevolve"
-    config = openevolve_config(settings, url=url, model_name=model_name, sampling=sampling, seed=seed,
+    config = openevolve_config(settings, url=url, api_key=api_key, model_name=model_name, sampling=sampling, seed=seed,
                                language=task.program_language, templates=templates, problem_file=problem_file,
                                trace=trace, task=task.name, m=m)
-    write_json_atomic(problem_dir / "openevolve_config.json", config)
+    # the record on disk without the server's per-job key (which lets any local user use the server)
+    write_json_atomic(problem_dir / "openevolve_config.json", {**config, "llm": {**config["llm"], "api_key": "<per-job key>"}})
     failures = trace.with_name("trace_failures.jsonl")  # OpenEvolve's name for it
     checkpointed, checkpoint = last_checkpoint(output_dir)
     for path in (trace, failures):
@@ -308,11 +309,11 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
     model_name = f"{task_name}-{method_name}-seed{train_seed}"
     results = []
     with serve_model(model, model_name, backend=backend, seed=train_seed,
-                     max_tokens=int(sampling["max_new_tokens"])) as url:
+                     max_tokens=int(sampling["max_new_tokens"])) as (url, api_key):
         for i, problem in enumerate(chosen):
             log.info("problem %d/%d (test index %d)", i + 1, len(chosen), problem)
             results.append(search_problem(out_dir / "problems" / str(problem), row=rows[problem],
-                                          settings=settings, url=url,
+                                          settings=settings, url=url, api_key=api_key,
                                           model_name=model_name, sampling=sampling,
                                           seed=train_seed * 100_003 + problem, task=task, m=m))
     frame = pd.DataFrame([{"problem": r["problem"], **point} for r in results for point in r["curve"]])
@@ -330,7 +331,8 @@ def search_cell(*, model: str, task_name: str, method_name: str, data_dir: str, 
 
 
 def serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tokens: int):
-    """A context manager yielding the base URL of an OpenAI-compatible server for the model."""
+    """A context manager yielding the base URL of an OpenAI-compatible server for the model and the
+    API key (bearer token) it requires."""
     import contextlib
 
     from vpo import llm_server
@@ -344,7 +346,7 @@ def serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tok
 
         with llm_server.LoopbackServer(TransformersBackend(model, progress=False), model_name,
                                        max_tokens_cap=max_tokens) as server:
-            yield server.url
+            yield server.url, server.token
     return loopback()
 
 

@@ -9,8 +9,12 @@ servers give that client the same interface:
 - `vllm_server` (GPU): vLLM's own OpenAI-compatible server for the merged model, started as a child
   process bound to 127.0.0.1 that the kernel stops when the job's process dies (PR_SET_PDEATHSIG).
 
-Both bind a free port on 127.0.0.1 only. A request's `seed` seeds its sampling, so the same request
-gives the same completion (the search's reproducibility rests on it).
+Both bind a free port on 127.0.0.1 only and answer only requests that carry the job's random bearer
+token (`Authorization: Bearer <token>`, 401 otherwise): any local user can reach a loopback port. A
+request's `seed` seeds its sampling, so the same request gives the same completion (the search's
+reproducibility rests on it). The loopback server bounds what a client can make it do: bodies over
+`max_body_bytes` get 413 unread, a malformed request 400 with the reason, an idle connection is closed
+after `idle_timeout_s`, and requests are served by a fixed pool of threads.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import secrets
 import signal
 import socket
 import subprocess
@@ -26,11 +32,14 @@ import threading
 import time
 import urllib.request
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Iterator
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
+MAX_BODY_BYTES = 4 << 20  # a chat request of the search is a few kB; 413 beyond this
+MAX_SEED = 2**63 - 1  # torch.manual_seed's range
 
 
 def free_port() -> int:
@@ -44,27 +53,48 @@ class RequestError(ValueError):
     """A malformed request: answered with HTTP 400 and this message."""
 
 
+def _number(body: dict, key: str, default: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RequestError(f"'{key}' must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _integer(body: dict, key: str, default: int, lowest: int, highest: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
+        raise RequestError(f"'{key}' must be an integer in {lowest}..{highest}, got {value!r}")
+    return value
+
+
 def sampling_from_request(body: dict, *, max_tokens_cap: int):
-    """The `SamplingSettings` of one chat-completions request body (OpenAI field names)."""
+    """The `SamplingSettings` of one chat-completions request body (OpenAI field names); RequestError
+    naming the field for anything else than the numbers the API allows."""
     from vpo.generate import SamplingSettings
 
-    if int(body.get("n", 1) or 1) != 1:
+    if not isinstance(body, dict):
+        raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+    if _integer(body, "n", 1, 1, 2**31) != 1:
         raise RequestError("n > 1 is not supported; send one request per completion")
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens_cap
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _integer(body, key, max_tokens_cap, 1, 2**31)
     try:
         return SamplingSettings(
-            temperature=float(1.0 if body.get("temperature") is None else body["temperature"]),
-            top_p=float(1.0 if body.get("top_p") is None else body["top_p"]),
-            max_new_tokens=min(int(max_tokens), max_tokens_cap),
-            seed=int(body["seed"]) if body.get("seed") is not None else 0,
-        )
-    except (TypeError, ValueError) as err:
-        raise RequestError(f"bad sampling field: {err}") from None
+            temperature=_number(body, "temperature", 1.0), top_p=_number(body, "top_p", 1.0),
+            max_new_tokens=min(max_tokens, max_tokens_cap), seed=_integer(body, "seed", 0, 0, MAX_SEED))
+    except ValueError as err:  # SamplingSettings' own range checks
+        raise RequestError(str(err)) from None
 
 
 def conversation_from_request(body: dict) -> list[dict]:
     """The request's messages as {role, content} dicts; empty system messages are dropped (the
     project's models were trained on user turns alone, and OpenEvolve always sends a system turn)."""
+    if not isinstance(body, dict):
+        raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list")
@@ -81,17 +111,48 @@ def conversation_from_request(body: dict) -> list[dict]:
     return out
 
 
+class PooledHTTPServer(HTTPServer):
+    """An HTTP server whose connections are handled by a fixed pool of threads, with a listen backlog
+    that holds the search's bursts (socketserver's default is 5)."""
+
+    request_queue_size = 128
+    daemon_threads = True
+
+    def __init__(self, address, handler, *, workers: int):
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-server")
+
+    def process_request(self, request, client_address):
+        self.pool.submit(self._handle, request, client_address)
+
+    def _handle(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def server_close(self):
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 class LoopbackServer:
-    """`with LoopbackServer(backend, name) as server:` serves `backend` at `server.url` (…/v1).
+    """`with LoopbackServer(backend, name) as server:` serves `backend` at `server.url` (…/v1) to clients
+    that send `server.token` as their bearer token (OpenAI clients: as the API key).
 
-    `backend` is a `vpo.generate.TransformersBackend`; requests are answered one at a time (the
-    sampling seed is global torch state)."""
+    `backend` is a `vpo.generate.TransformersBackend`; completions are generated one at a time (the
+    sampling seed is global torch state) while `workers` threads read and answer requests."""
 
-    def __init__(self, backend, model_name: str, *, max_tokens_cap: int):
+    def __init__(self, backend, model_name: str, *, max_tokens_cap: int, max_body_bytes: int = MAX_BODY_BYTES,
+                 workers: int = 8, idle_timeout_s: float = 30.0):
         self.backend, self.model_name, self.max_tokens_cap = backend, model_name, max_tokens_cap
+        self.max_body_bytes, self.workers, self.idle_timeout_s = max_body_bytes, workers, idle_timeout_s
+        self.token = secrets.token_urlsafe(32)
         self.requests = 0
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: PooledHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -123,33 +184,70 @@ class LoopbackServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def _send(self, status: int, payload: dict) -> None:
+            timeout = server.idle_timeout_s  # the socket's: an idle or slow client is dropped
+
+            def _send(self, status: int, payload: dict, *, close: bool = False) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if close:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _error(self, status: int, message: str, kind: str, *, close: bool = False) -> None:
+                self._send(status, {"error": {"message": message, "type": kind}}, close=close)
+
+            def _authorised(self) -> bool:
+                if secrets.compare_digest(self.headers.get("Authorization", ""), f"Bearer {server.token}"):
+                    return True
+                self._error(401, "missing or wrong bearer token (the job's API key)", "authentication_error")
+                return False
+
             def do_GET(self):  # noqa: N802 (http.server's naming)
+                if not self._authorised():
+                    return
                 if self.path.rstrip("/") in ("/v1/models", "/models"):
                     self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
                                                                   "owned_by": "vpo"}]})
                 else:
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    self._error(404, f"no route {self.path}", "not_found")
+
+            def _body(self):
+                """The request's JSON body; RequestError (400), or None after answering 411 or 413."""
+                length = self.headers.get("Content-Length")
+                if length is None:
+                    self._error(411, "a Content-Length header is required", "invalid_request_error", close=True)
+                    return None
+                if not length.isdigit():
+                    raise RequestError(f"Content-Length must be a non-negative integer, got {length!r}")
+                if int(length) > server.max_body_bytes:
+                    self._error(413, f"the body has {length} bytes; at most {server.max_body_bytes} are accepted",
+                                "invalid_request_error", close=True)
+                    return None
+                try:
+                    return json.loads(self.rfile.read(int(length)) or b"{}")
+                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+                    raise RequestError(f"the body is not JSON this server reads: {type(err).__name__}") from None
 
             def do_POST(self):  # noqa: N802
+                if not self._authorised():
+                    self.close_connection = True
+                    return
                 if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    self._error(404, f"no route {self.path}", "not_found")
                     return
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                    self._send(200, server.complete(body))
-                except (RequestError, json.JSONDecodeError) as err:
-                    self._send(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
+                    body = self._body()
+                    if body is not None:
+                        self._send(200, server.complete(body))
+                except RequestError as err:
+                    self._error(400, str(err), "invalid_request_error", close=True)
                 except Exception as err:  # a failed generation is the client's error to see, not a dead server
                     log.exception("chat completion failed")
-                    self._send(500, {"error": {"message": str(err), "type": "server_error"}})
+                    self._error(500, str(err), "server_error")
 
             def log_message(self, fmt, *args):  # requests go to the job log at debug level only
                 log.debug("%s %s", self.address_string(), fmt % args)
@@ -157,8 +255,7 @@ class LoopbackServer:
         return Handler
 
     def __enter__(self) -> "LoopbackServer":
-        self._httpd = ThreadingHTTPServer((HOST, 0), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = PooledHTTPServer((HOST, 0), self._handler(), workers=self.workers)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
         self._thread.start()
         log.info("model server for %s at %s", self.model_name, self.url)
@@ -178,14 +275,15 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def wait_until_serving(url: str, *, timeout_s: float, process: subprocess.Popen | None = None) -> None:
-    """Poll `url`/models until it answers; fail early if `process` exits first."""
+def wait_until_serving(url: str, *, timeout_s: float, token: str, process: subprocess.Popen | None = None) -> None:
+    """Poll `url`/models (with the bearer token) until it answers; fail early if `process` exits first."""
     deadline = time.time() + timeout_s
+    request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {token}"})
     while time.time() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the model server exited with status {process.returncode} before serving")
         try:
-            with urllib.request.urlopen(f"{url}/models", timeout=5) as reply:
+            with urllib.request.urlopen(request, timeout=5) as reply:
                 if reply.status == 200:
                     return
         except OSError:
@@ -195,20 +293,24 @@ def wait_until_serving(url: str, *, timeout_s: float, process: subprocess.Popen 
 
 @contextlib.contextmanager
 def vllm_server(model_path: str, model_name: str, *, seed: int, max_model_len: int | None = None,
-                gpu_memory_utilization: float = 0.85, startup_timeout_s: float = 900) -> Iterator[str]:
-    """vLLM's OpenAI-compatible server for `model_path` on 127.0.0.1; yields its base URL (…/v1)."""
-    port = free_port()
+                gpu_memory_utilization: float = 0.85, startup_timeout_s: float = 900) -> Iterator[tuple[str, str]]:
+    """vLLM's OpenAI-compatible server for `model_path` on 127.0.0.1; yields its base URL (…/v1) and
+    the random API key it requires (given to vLLM through the environment, not its command line,
+    which other local users can read)."""
+    import os
+
+    port, token = free_port(), secrets.token_urlsafe(32)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
                "--served-model-name", model_name, "--host", HOST, "--port", str(port), "--seed", str(seed),
                "--gpu-memory-utilization", str(gpu_memory_utilization)]
     if max_model_len:
         command += ["--max-model-len", str(max_model_len)]
-    process = subprocess.Popen(command, preexec_fn=_die_with_parent)
+    process = subprocess.Popen(command, preexec_fn=_die_with_parent, env={**os.environ, "VLLM_API_KEY": token})
     url = f"http://{HOST}:{port}/v1"
     try:
-        wait_until_serving(url, timeout_s=startup_timeout_s, process=process)
+        wait_until_serving(url, timeout_s=startup_timeout_s, token=token, process=process)
         log.info("vLLM server for %s at %s (pid %d)", model_name, url, process.pid)
-        yield url
+        yield url, token
     finally:
         process.terminate()
         try:
