@@ -30,6 +30,22 @@ def test_supports_the_tiny_llama_only(model):
     assert not sampler.supports(torch.nn.Linear(2, 2))
 
 
+def test_a_bfloat16_model_keeps_generate(model):
+    """veRL's merged models are bfloat16: the sampler once mixed float32 queries with bfloat16 keys."""
+    import copy
+
+    from vpo.generate import SamplingSettings, sample_responses
+
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    assert not sampler.supports(half)
+
+    class Tokenizer:
+        eos_token_id, pad_token_id = EOS, PAD
+
+    responses = sample_responses(half, Tokenizer(), prompts(3), 2, SamplingSettings(max_new_tokens=6, seed=0))
+    assert len(responses) == 6 and all(1 <= len(r) <= 6 for r in responses)
+
+
 def test_prefill_logits_match_transformers(model):
     input_ids, attention = left_pad(prompts(), PAD)
     positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 1)

@@ -12,7 +12,8 @@ computations' float rounding does not move a draw across a bucket boundary (test
 checks logits against transformers and the sequences on a seed).
 
 `supports(model)` says whether a model is one it reproduces (the Llama family as `build_model`
-makes it: default rotary embedding, no biases, SiLU MLP); anything else is left to `generate`.
+makes it: default rotary embedding, no biases, SiLU MLP, float32 on the CPU); anything else is left
+to `generate`.
 """
 
 from __future__ import annotations
@@ -22,13 +23,18 @@ import math
 
 def supports(model) -> bool:
     """True for a `LlamaForCausalLM` this sampler computes exactly as transformers does."""
+    import torch
+
     config = getattr(model, "config", None)
     if type(model).__name__ != "LlamaForCausalLM" or config is None:
         return False
     rope = getattr(config, "rope_parameters", None) or {"rope_type": "default"}
+    weights = next(model.parameters())
+    # float32 on the CPU only: in half precision transformers casts between steps in ways not mirrored
+    # here (veRL's merged models are bfloat16: they keep `generate`)
     return (rope.get("rope_type", "default") == "default" and config.hidden_act == "silu"
-            and not config.attention_bias and not config.mlp_bias
-            and getattr(config, "pretraining_tp", 1) == 1 and next(model.parameters()).device.type == "cpu")
+            and not config.attention_bias and not config.mlp_bias and getattr(config, "pretraining_tp", 1) == 1
+            and weights.device.type == "cpu" and weights.dtype == torch.float32)
 
 
 def _rms_norm(x, weight, eps: float):
