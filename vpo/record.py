@@ -35,3 +35,19 @@ def deviations(path: Path = RECORD) -> list[str]:
     """One line per setting the paper preset runs differently from the authors: what, ours, why."""
     return [f"{row['setting']}: ours {row['ours']}, the authors' {row['authors']} ({row['differs']})"
             for row in settings_rows(path) if row["differs"]]
+
+
+def as_rst(text: str) -> str:
+    """A line of the record's Markdown as reStructuredText (the HTML report's front page): `code`
+    becomes ``code``, and *, _, | and backslashes elsewhere are escaped (`vpo_tasks/*.py` once opened
+    an emphasis that never closed)."""
+    import re
+
+    parts = text.split("`")
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 and i < len(parts) - 1:
+            out.append(f"``{part}``")
+        else:
+            out.append(re.sub(r"([\\*_|`])", r"\\\1", part))
+    return "".join(out)
