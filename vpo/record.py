@@ -38,9 +38,9 @@ def deviations(path: Path = RECORD) -> list[str]:
 
 
 def as_rst(text: str) -> str:
-    """A line of the record's Markdown as reStructuredText (the HTML report's front page): `code`
-    becomes ``code``, and *, _, | and backslashes elsewhere are escaped (`vpo_tasks/*.py` once opened
-    an emphasis that never closed)."""
+    """A line of the record's Markdown as reStructuredText for the HTML report's front page
+    (workflow/report/workflow.rst inserts it as is): `code` becomes ``code``, and *, _, | and
+    backslashes elsewhere are escaped (`vpo_tasks/*.py` once opened an emphasis that never closed)."""
     import re
 
     parts = text.split("`")
