@@ -32,6 +32,13 @@ def draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str =
     ax.grid(axis="x", alpha=0.3)
 
 
+def add_marker_legend(ax, methods: list[str]) -> None:
+    """One legend entry per method (its colour and marker, no line) for the shared legend of finish()."""
+    for method in methods:
+        style = {k: v for k, v in method_style(method).items() if k != "ls"}
+        ax.plot([], [], ls="none", label=method_label(method), **style)
+
+
 def _seeds(frame: pd.DataFrame) -> set[int]:
     return {int(n) for n in frame.n_seeds.unique()}
 
@@ -57,8 +64,7 @@ def intervals(*, intervals: pd.DataFrame, improvement: pd.DataFrame, methods: li
         ax.axvline(0.5, color="0.5", lw=0.8, ls="--")
         ax.set(title=f"{task_label(task)}: P({method_label(reference)} > ·), best@{int(better.k.max()) if len(better) else ''}",
                xlabel="probability of improvement")
-    for method in methods:  # the legend: one entry per method
-        axes[0].plot([], [], ls="none", label=method_label(method), **{k: v for k, v in method_style(method).items() if k != "ls"})
+    add_marker_legend(axes[0], methods)
     finish(fig, axes, out, title="Interval estimates over training seeds and problems", n_seeds=_seeds(intervals),
            note=f"95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} training seeds x "
                 "problems (seeds within problems, and problems)", scale=scale, integer_x=False)
@@ -107,8 +113,7 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
             if metric == "hypervolume" and len(rows) and (rows.high == 0).all():
                 ax.text(0.6, 0.5, "0 for every pool:\nno vector above the\nreference point in\nevery objective", transform=ax.transAxes, ha="center", va="center",
                         fontsize="small", bbox={"facecolor": "white", "edgecolor": "0.7"})
-    for method in methods:
-        axes[0].plot([], [], ls="none", label=method_label(method), **{k: v for k, v in method_style(method).items() if k != "ls"})
+    add_marker_legend(axes[0], methods)
     finish(fig, axes, out, title="The evaluation pool as a multi-objective set", n_seeds=_seeds(intervals),
            note=f"per problem, then 95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} "
                 "training seeds x problems", scale=scale, integer_x=False)
