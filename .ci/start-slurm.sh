@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A disposable single-node Slurm (Debian 12 slurm-wlm 22.05) for CI, as root, without systemd and
 # without slurmdbd: profiles/slurm-ci polls job states with squeue, so finished jobs must stay
-# visible (MinJobAge=600). State, logs and pid files live in $STATE; stop with stop-slurm.sh.
+# visible for longer than the whole run (MinJobAge=7200; the run is capped at 1200 s, and the
+# check counts every job of the run with squeue at its end). State, logs and pid files live in
+# $STATE; stop with stop-slurm.sh.
 set -euo pipefail
 STATE=${STATE:-$PWD/.slurm-ci}
 mkdir -p "$STATE"; STATE=$(cd "$STATE" && pwd)
@@ -50,7 +52,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
 ReturnToService=2
-MinJobAge=600
+MinJobAge=7200
 NodeName=${HOST} CPUs=${NCPU} RealMemory=${MEM} State=UNKNOWN
 PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
