@@ -21,7 +21,7 @@ def median_wall(code: str, runs: int) -> tuple[float, str]:
         result = run_program(code, timeout_s=6.0)
         assert result.status == "ok", (result.status, result.stderr[-500:])
         walls.append(result.wall_s)
-        isolation = result.isolation
+        isolation = f"{result.isolation}, memory capped by {result.memory_cap}"
     return statistics.median(walls), isolation
 
 

@@ -6,12 +6,15 @@
 Every program runs in a fresh process under the base interpreter (`python -I`, the standard library
 only), in an empty environment, in a fresh working directory that is removed afterwards, with
 rlimits on CPU seconds, address space, processes, file size and open files, no core files, stdout
-and stderr capped, and a wall-clock timeout that kills the program and everything it started.
+and stderr capped, a cap on the memory of all its processes together (a memory cgroup where the
+machine allows one, else a watcher that kills the program over the limit), and a wall-clock
+timeout that kills the program and everything it started.
 
 Where the machine allows (root, or unprivileged user namespaces), the program also gets its own
-PID, network and mount namespaces: no network at all, every file read-only except its working
-directory, the scratch directories and home directories empty, only its own processes visible;
-as root it also runs under a uid of its own. Where namespaces are not available the process limits,
+PID, network and mount namespaces: no network at all, a root of its own that holds the
+interpreter's files and nothing else (no checkout, results, data or home directories), all
+read-only except its working directory, only its own processes visible; as root it also runs under
+a uid of its own. Where namespaces are not available the process limits,
 the timeout and a subreaper still hold, but the program can read and write what the calling user
 can and reach the network; `run_program` then warns once per process (see README, "Sandbox").
 
@@ -52,17 +55,18 @@ class Program:
     code: str
     stdin: str = ""
     timeout_s: float = 6.0  # wall clock; CPU time is limited to the same, rounded up
-    memory_mb: int = 2048  # address space
+    memory_mb: int = 2048  # address space of each process, and resident memory of all of them together
     isolation: str = "auto"  # auto: the strongest the machine allows; uid: no namespaces; none: limits only
     nproc: int = 64  # processes of the program's uid
     file_mb: int = 16  # largest file it may write
     tmpfs_mb: int = 64  # size of its working directory (namespaces only)
     nofile: int = 64  # open files
+    memory_cap: str = "auto"  # auto: a memory cgroup where the machine allows one, else the watcher; watcher: always the watcher
 
 
 @dataclass(frozen=True)
 class RunResult:
-    status: Status  # ok: exit 0; error: other exit or a crash; timeout; memory: MemoryError; killed: a signal or the stdout cap
+    status: Status  # ok: exit 0; error: other exit or a crash; timeout; memory: MemoryError or over the cap; killed: a signal or the stdout cap
     returncode: int | None  # exit code, or None when it ended on a signal or was killed
     signal: int | None  # the signal that ended it, if any
     stdout: str  # at most STDOUT_LIMIT bytes, decoded as UTF-8 with replacement
@@ -70,6 +74,7 @@ class RunResult:
     wall_s: float  # seconds from launch to the end of the run
     isolation: str  # what the machine allowed: "namespaces+uid", "namespaces", "uid" or "none"
     uid: int | None = None  # the private uid it ran under (as the machine sees it); None: the caller's
+    memory_cap: str = "watcher"  # what capped the program's memory as a whole: "cgroup2", "cgroup1" or "watcher"
 
 
 def run_program(code: str, stdin: str = "", *, timeout_s: float, memory_mb: int = 2048, **limits) -> RunResult:
@@ -104,7 +109,7 @@ def _run(program: Program) -> RunResult:
         spec = {"python": PYTHON, "prefix": PREFIX, "isolation": program.isolation,
                 "cpu_s": math.ceil(program.timeout_s), "memory_mb": int(program.memory_mb),
                 "nproc": program.nproc, "file_mb": program.file_mb, "tmpfs_mb": program.tmpfs_mb,
-                "nofile": program.nofile}
+                "nofile": program.nofile, "memory_cap": program.memory_cap, "hide": _hidden()}
         Path(job, "spec.json").write_text(json.dumps(spec))
         proc = subprocess.Popen([PYTHON, "-I", "-S", HELPER, job], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env={}, cwd=job, start_new_session=True, close_fds=True)
@@ -119,11 +124,14 @@ def _run(program: Program) -> RunResult:
     finally:
         if proc is not None and proc.poll() is None:
             _stop(proc)
+        _remove_cgroup((_read_json(Path(job, "isolation.json")) or {}).get("cgroup"))
         shutil.rmtree(job, ignore_errors=True)
     out, err = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
     returncode, sig = (ended or {}).get("returncode"), (ended or {}).get("signal")
     if timed_out or sig == signal.SIGXCPU:
         status = "timeout"
+    elif (ended or {}).get("memory"):
+        status = "memory"
     elif overflow or ended is None or sig in (signal.SIGKILL, signal.SIGTERM):
         status = "killed"
     elif returncode == 0:
@@ -132,7 +140,9 @@ def _run(program: Program) -> RunResult:
         status = "memory"
     else:
         status = "error"
-    return RunResult(status, returncode, sig, out, err, wall, isolation, (report or {}).get("uid"))
+    report = report or {}
+    return RunResult(status, returncode, sig, out, err, wall, isolation, report.get("uid"),
+                     report.get("memory_cap", "watcher"))
 
 
 def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool, bool]:
@@ -171,7 +181,7 @@ def _stop(proc: subprocess.Popen) -> None:
     """Ask the helper to kill the program and its descendants, then kill the helper's group."""
     try:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(0.5)
+        proc.wait(2.0)
     except (subprocess.TimeoutExpired, ProcessLookupError):
         pass
     try:
@@ -179,6 +189,25 @@ def _stop(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+def _hidden() -> list[str]:
+    """Directories covered by an empty one should a program's root show them: the checkout, and the
+    caller's working directory and home (results and data live there)."""
+    return sorted({str(Path(__file__).resolve().parents[1]), os.path.realpath(os.getcwd()),
+                   os.path.realpath(os.path.expanduser("~"))})
+
+
+def _remove_cgroup(path: str | None) -> None:
+    """The helper removes its cgroup; when it was killed first, the cgroup is removed here once the
+    program's processes have gone (a few milliseconds after their namespace's init died)."""
+    for _ in range(100):
+        if not path or not os.path.isdir(path):
+            return
+        try:
+            os.rmdir(path)
+        except OSError:
+            time.sleep(0.01)
 
 
 def _read_json(path: Path) -> dict | None:
