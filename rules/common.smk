@@ -15,6 +15,7 @@ from vpo.config import answers_per_rollout, method_settings, preset_conflicts, s
 from vpo.config import user_overrides, write_config
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
+from vpo.provenance import front_page_lines
 from vpo.record import as_rst, deviations as paper_deviations
 from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures directory (common.smk)
 
@@ -114,7 +115,8 @@ SCALE = scale_note(CFG)  # the preset and scale, named in every figure's title
 # resolved config (preset and overrides applied), not config.yaml as written. Everything above has
 # read the raw values it needs; rules read CFG.
 config.clear()
-config.update(CFG, scale=SCALE, deviations=[as_rst(line) for line in paper_deviations()])  # the last: docs/reproducibility.md's marked rows
+config.update(CFG, scale=SCALE, deviations=[as_rst(line) for line in paper_deviations()],  # docs/reproducibility.md's marked rows
+              provenance=[as_rst(line) for line in front_page_lines(f"{RESULTS}/aggregate/provenance.json")])
 
 
 def diversity_methods():

@@ -10,6 +10,7 @@ rule aggregate:
     output:
         summary=f"{AGG}/summary.csv",
         per_seed=f"{AGG}/per_seed.csv",
+        provenance=f"{AGG}/provenance.json",  # the HTML report's front page reads it
     params:
         out=parent_dir,
     log:
@@ -129,6 +130,7 @@ rule aggregate_ablations:  # the ablations' cells (config.yaml `ablations`), gri
     output:
         summary=f"{AGG}/ablations/summary.csv",
         per_seed=f"{AGG}/ablations/per_seed.csv",
+        provenance=f"{AGG}/ablations/provenance.json",
         training=f"{AGG}/ablations/training_curves.csv",
     params:
         out=parent_dir,

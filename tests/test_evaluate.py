@@ -214,3 +214,16 @@ def test_goal_weights_per_chain_in_the_candidate_frame(recorded, fake_model, tin
         assert len(shown) == BUDGET and shown[:3] == [shown[0]] * 3 and shown[3:] == [shown[3]] * 3
         assert shown[0] != shown[3] and pool["prompt"].str.contains(GOAL_HEADER, regex=False).all()
         assert sorted(pool["chain"]) == list(range(BUDGET)) and set(pool["slot"]) == {0}
+
+
+def test_the_evaluation_records_its_provenance_and_its_cells_training(recorded, fake_model, tiny_maze_data, tmp_path):
+    """The JSON carries what made the evaluation and, from the train.json beside the model, what made the model."""
+    from vpo.evaluate import evaluate
+    from vpo.provenance import collect
+
+    (fake_model.parent / "train.json").write_text(json.dumps({"backend": "local", "provenance": {"commit": "c" * 40}}))
+    payload = evaluate(str(fake_model), "maze", "grpo", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
+                       eval_settings=EVAL, m=1, train_seed=0, backend="vllm")
+    assert payload["training_provenance"] == {"commit": "c" * 40}
+    assert payload["provenance"]["commit"] == collect()["commit"]
+    assert json.loads((tmp_path / "e.json").read_text())["provenance"]["packages"] == collect()["packages"]

@@ -104,7 +104,7 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["final", "step_2", "step_4"]
     load_pretrained(out / "checkpoints" / "final")
     info = json.loads((out / "train.json").read_text())
-    assert {"backend", "task", "method", "seed", "preset", "steps", "wall_time_s", "config_hash", "versions"} <= set(info)
+    assert {"backend", "task", "method", "seed", "preset", "steps", "wall_time_s", "config_hash", "provenance"} <= set(info)
     assert (info["backend"], info["method"], info["steps"], info["resumed_from_step"]) == ("local", method, 4, 0)
     # train.json is the last file written (W&B's own log files aside: its service process may flush them later)
     newest_other = max(p.stat().st_mtime for p in out.rglob("*")

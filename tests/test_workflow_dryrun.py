@@ -134,6 +134,7 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     assert replanned == sorted(
         [f"{cell}/model", f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json",
          "results/cpu/aggregate/summary.csv", "results/cpu/aggregate/per_seed.csv",
+         "results/cpu/aggregate/provenance.json",
          "results/cpu/aggregate/training_curves.csv", "results/cpu/evolve/maze/hardest.json",
          "results/cpu/aggregate/per_problem.csv", "results/cpu/aggregate/intervals.csv",
          "results/cpu/aggregate/improvement.csv", "results/cpu/aggregate/profiles.csv",

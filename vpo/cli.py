@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evolve": ("vpo.evolve", "evolutionary search (OpenEvolve) with a cell's model on the hardest test problems"),
     "mechanism": ("vpo.mechanism", "train the toy vector-reward bandit with each estimator (mechanism figure data)"),
     "diagnose": ("vpo.diagnose", "what a finished cell's model writes: parse rate per slot, truncation, answer spread"),
+    "provenance": ("vpo.provenance", "what made each result under a folder (commit, packages, threads, machine) and what differs from here"),
     "install-profile": ("vpo.profiles", "copy profiles/slurm or profiles/lsf into ~/.config/snakemake (never overwrites)"),
 }
 

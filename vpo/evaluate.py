@@ -177,6 +177,7 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     from vpo.atomic import atomic_file, write_json_atomic
     from vpo.data import read_rows
     from vpo.methods import get_method
+    from vpo.provenance import collect
     from vpo.task import resolve
 
     t0 = time.time()
@@ -204,12 +205,21 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
                "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
                             "max_new_tokens": sampling.max_new_tokens},
                "goal_weights": goal_mode if method.prompt == "goal" else None,
-               **metrics, "wall_time_s": round(time.time() - t0, 2)}
+               **metrics, "wall_time_s": round(time.time() - t0, 2),
+               "provenance": collect(), "training_provenance": training_provenance(model_path)}
     out_path = Path(out)
     with atomic_file(out_path) as tmp:
         frame.to_parquet(tmp, index=False)
     write_json_atomic(out_path.with_suffix(".json"), payload)
     return payload
+
+
+def training_provenance(model_path) -> dict | None:
+    """The provenance in the train.json beside a cell's merged model (`<cell>/model`), if any."""
+    try:
+        return json.loads((Path(model_path).parent / "train.json").read_text()).get("provenance")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def generation_backend(cfg: dict, requested: str | None) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,29 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-command", action="store_true", help="verl backend: print the command only")
 
 
-def versions() -> dict:
-    """Versions of the packages that shape a trained cell (recorded in train.json)."""
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl", "vllm", "ray"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return out
-
-
 def write_train_json(out_dir, cfg: dict, *, backend: str, task: str, method: str, seed: int, steps: int,
                      started: float, **extra) -> Path:
     """The cell's completion marker, written last and atomically by both backends: the keys below
-    plus the backend's own (`extra`)."""
+    (`provenance`: vpo.provenance.collect()) plus the backend's own (`extra`)."""
     from vpo.atomic import write_json_atomic
     from vpo.config import cell_digest
+    from vpo.provenance import collect
 
     payload = {"backend": backend, "task": task, "method": method, "seed": int(seed), "preset": cfg["preset"],
                "steps": int(steps), "wall_time_s": round(time.time() - started, 2),
-               "config_hash": cell_digest(cfg, task, method), "versions": versions(), **extra}
+               "config_hash": cell_digest(cfg, task, method), "provenance": collect(), **extra}
     return write_json_atomic(Path(out_dir) / "train.json", payload)
 
 

