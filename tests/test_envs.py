@@ -1,8 +1,9 @@
-"""The conda environments under envs/ are the cluster's reproducibility contract.
+"""The locks (locks/*.txt, what every install reads) and the conda environments under envs/.
 
-Each pins exact versions, agrees with pyproject's ranges (a pin outside them would install a set the
-code was never declared to work with), and covers what its jobs import. The local environments
-share their versions with each other and torch's with the Makefile.
+Each lock pins every package exactly and agrees with pyproject's ranges for the extras it was made
+from (a pin outside them would install a set the code was never declared to work with). Each conda
+environment pins exact versions, the ones of its lock, and covers what its jobs import. torch's
+version is the Makefile's everywhere.
 """
 
 from __future__ import annotations
@@ -19,6 +20,25 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[1]
 ENVS = ("cpu", "plot", "gpu", "vllm-cpu")
 GROUPS = {"cpu": ("base", "cpu"), "plot": ("base",), "gpu": ("base", "gpu"), "vllm-cpu": ("base", "vllm-cpu")}
+# lock -> the pyproject groups it was made from (the Makefile's `lock` target)
+LOCKS = {"cpu": ("base", "cpu", "workflow"), "test": ("base", "cpu", "verl", "workflow", "dev"),
+         "vllm-cpu": ("base", "vllm-cpu", "dev"), "gpu": ("base", "gpu")}
+# the lock each conda environment's pins must agree with
+ENV_LOCK = {"cpu": "test", "plot": "test", "gpu": "gpu", "vllm-cpu": "vllm-cpu"}
+
+
+def lock_pins(lock: str) -> dict[str, str]:
+    """Package name (canonical) -> version, from locks/<lock>.txt; asserts each line is an exact pin."""
+    pins: dict[str, str] = {}
+    for line in (REPO / "locks" / f"{lock}.txt").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==", f"locks/{lock}.txt: {line!r} is not name==version"
+        pins[canonicalize_name(req.name)] = specs[0].version
+    return pins
 
 
 def pip_pins(env: str) -> dict[str, str]:
@@ -80,3 +100,34 @@ def test_local_envs_agree_with_each_other_and_the_makefile():
     makefile = (REPO / "Makefile").read_text()
     torch_version = re.search(r"^TORCH_VERSION \?= (\S+)$", makefile, re.M).group(1)
     assert cpu["torch"] == torch_version, "envs/cpu.yaml's torch differs from the Makefile's TORCH_VERSION"
+
+
+@pytest.mark.parametrize("lock, groups", LOCKS.items())
+def test_each_lock_pins_every_requirement_inside_pyprojects_ranges(lock, groups):
+    """A range changed in pyproject.toml without `make lock` fails here, naming the package."""
+    pins = lock_pins(lock)
+    reqs = pyproject_requirements()
+    for group in groups:
+        for req in reqs[group]:
+            name = canonicalize_name(req.name)
+            assert name in pins, f"locks/{lock}.txt lacks {req} (pyproject's {group}): run `make lock`"
+            assert req.specifier.contains(pins[name], prereleases=True), (
+                f"locks/{lock}.txt pins {req.name}=={pins[name]}, outside pyproject's {req} ({group}): run `make lock`")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_env_pins_are_the_locks_versions(env):
+    lock = lock_pins(ENV_LOCK[env])
+    differ = {name: (version, lock.get(name, "absent")) for name, version in pip_pins(env).items()
+              if lock.get(name, "").split("+")[0] != version}
+    assert not differ, f"envs/{env}.yaml and locks/{ENV_LOCK[env]}.txt disagree (env, lock): {differ}"
+
+
+def test_the_cpu_locks_pin_the_makefiles_torch_without_a_build_label():
+    torch_version = re.search(r"^TORCH_VERSION \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    for lock in ("cpu", "test", "vllm-cpu"):
+        assert lock_pins(lock)["torch"] == torch_version, f"locks/{lock}.txt: torch is not {torch_version}"
+    cpu, test = lock_pins("cpu"), lock_pins("test")
+    differ = {n: (cpu[n], test[n]) for n in cpu.keys() & test.keys() if cpu[n] != test[n]}
+    assert not differ, f"locks/cpu.txt and locks/test.txt pin different versions: {differ}"
+

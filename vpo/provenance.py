@@ -94,16 +94,18 @@ def read_lock(path: Path) -> dict[str, str]:
 
 
 def lock_state() -> dict | None:
-    """The lock file (locks/*.txt) this environment matches, with its sha256 (16 hex digits); the
-    nearest one with the pins that differ when none matches; None without locks."""
-    have, best = installed(), None
+    """The lock file (locks/*.txt) this environment matches (the largest, when several do: the test
+    environment holds the default one's packages too), with its sha256 (16 hex digits); the nearest
+    one with the pins that differ when none matches; None without locks."""
+    have, best, best_key = installed(), None, None
     for path in sorted(LOCKS.glob("*.txt")):
         pins = read_lock(path)
         differ = sorted(name for name, version in pins.items() if have.get(name, "").split("+")[0] != version.split("+")[0])
-        entry = {"file": f"locks/{path.name}", "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
-                 "matches": not differ, "differs": differ[:20]}
-        if best is None or len(differ) < len(best["differs"]):
-            best = entry
+        key = (len(differ), -len(pins))  # fewest differences; among those, the lock that covers the most
+        if best_key is None or key < best_key:
+            best_key = key
+            best = {"file": f"locks/{path.name}", "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
+                    "matches": not differ, "differs": differ[:20]}
     return best
 
 
