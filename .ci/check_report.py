@@ -5,7 +5,7 @@ usage: check_report.py REPORT.html OUT_DIR PRESET
 The report is one page whose entries open by clicking, so each view is a copy of the report with a
 script that clicks its way there (a category, a subcategory, an entry's view button). Chromium
 screenshots each view and dumps its DOM; the check fails unless the front page names the resolved
-preset and grid, the figure view shows the PNG (and the screenshot holds the figure's colours), and
+preset and grid and shows what made the results (their provenance), the figure view shows the PNG (and the screenshot holds the figure's colours), and
 the table view shows the main table's rows. The screenshots stay in OUT_DIR to be looked at.
 """
 
@@ -74,6 +74,8 @@ def main(report: str, out_dir: str, preset: str) -> int:
         problems.append("the front page is blank")
     if f"This run: preset <strong>{preset}</strong>" not in dom:
         problems.append(f"the front page does not name the resolved preset {preset!r}")
+    if "What made the results" not in dom or "code: commit " not in dom:
+        problems.append("the front page does not show the results' provenance (aggregate/provenance.json)")
     figure, dom = view(report, ["Figures", "main results", f"view:figures/{preset}/pass_at_k.png"], out / "report_figure.png")
     blue = (np.abs(figure - VPO_BLUE).max(axis=-1) < 0.06).sum()
     if "data:image/png" not in dom.split("<nav", 1)[-1] or blue < 200:

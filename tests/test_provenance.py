@@ -87,6 +87,10 @@ def test_summarize_names_each_field_the_results_disagree_on():
     assert set(mixed) == {"commit"}
     assert sorted(map(sorted, mixed["commit"].values())) == [["a", "b"], ["c"]]
     assert provenance.summarize({"a": base, "b": base}) == {}
+    # threads: those of the jobs that ran torch; a record without torch's (the aggregate) does not count
+    one, two = {**base, "threads": {"torch": 1, "cpus": 2}}, {**base, "threads": {"torch": 2, "cpus": 2}}
+    assert set(provenance.summarize({"a": one, "b": two})) == {"threads"}
+    assert provenance.summarize({"a": one, "b": {**base, "threads": {"cpus": 8}}}) == {}
 
 
 def test_a_lock_is_matched_to_the_environment(tmp_path, monkeypatch):

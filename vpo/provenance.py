@@ -144,7 +144,7 @@ def machine() -> dict:
 def describe(value) -> str:
     """One field's value as one short line."""
     if isinstance(value, dict):
-        return ", ".join(f"{k} {describe(v)}" for k, v in value.items() if k != "differs")
+        return ", ".join(f"{k} {describe(v)}" for k, v in sorted(value.items()) if k != "differs")
     if isinstance(value, list):
         return "/".join(map(str, value)) or "none"
     return str(value)[:12] if isinstance(value, str) and len(value) == 40 else str(value)
@@ -152,7 +152,8 @@ def describe(value) -> str:
 
 def differences(recorded: dict, here: dict) -> list[str]:
     """Lines naming each compared field where `recorded` (a result's provenance) differs from `here`;
-    within versions, the packages one by one."""
+    within versions, the packages one by one. Threads are left to `summarize`: the rules set them per
+    job, so this shell's say nothing about a result."""
     lines = []
     for field in COMPARED:
         ours, theirs = recorded.get(field), here.get(field)
@@ -164,9 +165,7 @@ def differences(recorded: dict, here: dict) -> list[str]:
             if (ours or {}).get("sha256") != (theirs or {}).get("sha256") or (ours or {}).get("matches") != (theirs or {}).get("matches"):
                 lines.append(f"lock: {describe(ours)} (result) vs {describe(theirs)} (here)")
         elif field == "threads":
-            keep = lambda d: {k: v for k, v in (d or {}).items() if k != "torch"}  # torch's: only where imported
-            if keep(ours) != keep(theirs):
-                lines.append(f"threads: {describe(ours)} (result) vs {describe(theirs)} (here)")
+            continue  # a job's own setting (the rule sets them), not this shell's: `summarize` compares them
         elif ours != theirs:
             lines.append(f"{field}: {describe(ours)} (result) vs {describe(theirs)} (here)")
     return lines
@@ -179,7 +178,12 @@ def summarize(records: dict[str, dict]) -> dict[str, dict[str, list[str]]]:
     for field in COMPARED:
         groups: dict[str, list[str]] = {}
         for name, record in records.items():
-            groups.setdefault(describe(record.get(field)), []).append(name)
+            value = record.get(field)
+            if field == "threads":  # the threads that shape a number: those of the jobs that ran torch
+                if "torch" not in (value or {}):
+                    continue
+                value = {key: value[key] for key in ("torch", "OMP_NUM_THREADS") if key in value}
+            groups.setdefault(describe(value), []).append(name)
         if len(groups) > 1:
             mixed[field] = groups
     return mixed
