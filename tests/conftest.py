@@ -77,3 +77,9 @@ def tiny_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings):
 def tiny_multi_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings):
     """The same for multi-answer prompts (what vpo and multi_rlvr train from)."""
     return _tiny_base(tmp_path_factory, tiny_maze_data, tiny_local_settings, "multi")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first (stable: file order otherwise kept): with one worker per core (make test), the
+    longest test (veRL on CPU, minutes) then starts at once instead of ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

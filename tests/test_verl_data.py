@@ -183,8 +183,21 @@ def _reward_items(method, datasets, tokenizer):
     return out
 
 
+@pytest.fixture()
+def event_loop_of_its_own():
+    """veRL's reward manager binds to the thread's current event loop; an earlier test in this process
+    (asyncio.run) may have closed it, so each test gets a fresh one."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    asyncio.set_event_loop(None)
+    loop.close()
+
+
 @pytest.mark.parametrize("method", ["grpo", "vpo", "goal_cond"])
-def test_reward_under_naive_reward_manager(datasets, tokenizer, method):
+def test_reward_under_naive_reward_manager(datasets, tokenizer, method, event_loop_of_its_own):
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
