@@ -58,12 +58,17 @@ def code_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
     return commit, bool(status.strip())
 
 
+def canonical(name: str) -> str:
+    """A distribution name as installed metadata and lock files are compared: lower case, `-` for `_` and `.`."""
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
 @functools.lru_cache(maxsize=1)
 def installed() -> dict[str, str]:
     """{normalised distribution name: version} of this interpreter's environment."""
     found = {}
     for dist in md.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-").replace(".", "-")
+        name = canonical(dist.metadata["Name"] or "")
         if name:
             found[name] = dist.version
     return found
@@ -89,7 +94,7 @@ def read_lock(path: Path) -> dict[str, str]:
         line = line.split("#", 1)[0].split(";", 1)[0].strip()
         if "==" in line and not line.startswith("-"):
             name, version = line.split("==", 1)
-            pins[name.split("[", 1)[0].strip().lower().replace("_", "-").replace(".", "-")] = version.strip()
+            pins[canonical(name.split("[", 1)[0])] = version.strip()
     return pins
 
 
