@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vpo.local.rl import low_var_kl, masked_mean, pack_rollouts, ppo_clip_loss, response_logprobs  # noqa: E402
+from vpo.local.rl import low_var_kl, masked_mean, ppo_clip_loss  # noqa: E402
 from vpo.local.trainer import batch_indices  # noqa: E402
 
 
@@ -40,33 +40,6 @@ def test_low_var_kl_hand_value_and_zero_at_equal_policies():
     assert float(kl[0]) == pytest.approx(0.5 - math.log(0.5) - 1.0, abs=1e-6)
     assert float(kl[1]) == 0.0
     assert float(masked_mean(kl, torch.tensor([1.0, 0.0]))) == pytest.approx(float(kl[0]))
-
-
-def test_pack_rollouts_layout():
-    ids, att, pos, mask, width = pack_rollouts([[5, 6, 7], [8]], [[9], [10, 11, 2]], pad_id=0)
-    assert width == 3
-    assert ids.tolist() == [[5, 6, 7, 9, 0, 0], [0, 0, 8, 10, 11, 2]]
-    assert att.tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
-    assert pos[1].tolist()[2:] == [0, 1, 2, 3]
-    assert mask.tolist() == [[1, 0, 0], [1, 1, 1]]
-
-
-def test_response_logprobs_match_unpadded_sequences():
-    from vpo.local.model import TinyModelSettings, build_model
-
-    model = build_model(20, TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
-                                               max_positions=32), pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    model.eval()
-    prompts, responses = [[5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14, 15]]
-    ids, att, pos, mask, width = pack_rollouts(prompts, responses, pad_id=0)
-    with torch.no_grad():
-        logp, entropy = response_logprobs(model, ids, att, pos, width, with_entropy=True)
-        for row, (p, r) in enumerate(zip(prompts, responses)):
-            seq = torch.tensor([p + r])
-            log_probs = torch.log_softmax(model(seq).logits[0], -1)
-            expected = [float(log_probs[len(p) - 1 + t, tok]) for t, tok in enumerate(r)]
-            assert logp[row, :len(r)].tolist() == pytest.approx(expected, abs=1e-5)
-    assert (entropy[mask.bool()] > 0).all() and (entropy[mask.bool()] <= math.log(20) + 1e-5).all()
 
 
 def test_batch_indices_cover_each_epoch_once_and_are_deterministic():

@@ -37,18 +37,36 @@ def supports(model) -> bool:
             and weights.device.type == "cpu" and weights.dtype == torch.float32)
 
 
-def _rms_norm(x, weight, eps: float):
+def rms_norm(x, weight, eps: float):
     import torch
 
     variance = x.pow(2).mean(-1, keepdim=True)
     return weight * (x * torch.rsqrt(variance + eps))
 
 
-def _rotate_half(x):
+def rotate_half(x):
     import torch
 
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def inverse_frequencies(config, head_dim: int):
+    """The default rotary embedding's inverse frequencies (head_dim / 2,), as transformers computes them."""
+    import torch
+
+    rope = getattr(config, "rope_parameters", None) or {}
+    theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+
+def rotary_tables(inv_freq, positions):
+    """cos, sin (batch, 1, length, head_dim) at integer positions (batch, length)."""
+    import torch
+
+    freqs = positions[..., None].float() * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[:, None], emb.sin()[:, None]
 
 
 class KVSampler:
@@ -66,19 +84,7 @@ class KVSampler:
         self.n_kv = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
         self.eps = config.rms_norm_eps
-        rope = getattr(config, "rope_parameters", None) or {}
-        theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-        import torch
-
-        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
-
-    def rotary(self, positions):
-        """cos, sin (batch, 1, length, head_dim) for integer positions (batch, length)."""
-        import torch
-
-        freqs = positions[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos()[:, None], emb.sin()[:, None]
+        self.inv_freq = inverse_frequencies(config, self.head_dim)
 
     def forward(self, tokens, positions, keys, values, start: int, allowed):
         """Logits (batch, vocab) of the last position after writing `tokens` (batch, length) into the
@@ -87,18 +93,18 @@ class KVSampler:
         import torch.nn.functional as F
 
         hidden = self.model.model.embed_tokens(tokens)
-        cos, sin = self.rotary(positions)
+        cos, sin = rotary_tables(self.inv_freq, positions)
         end = start + tokens.shape[1]
         batch, length = tokens.shape
         groups = self.n_heads // self.n_kv
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
-            x = _rms_norm(hidden, layer.input_layernorm.weight, self.eps)
+            x = rms_norm(hidden, layer.input_layernorm.weight, self.eps)
             q = attn.q_proj(x).view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
             k = attn.k_proj(x).view(batch, length, self.n_kv, self.head_dim).transpose(1, 2)
             v = attn.v_proj(x).view(batch, length, self.n_kv, self.head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             keys[i, :, :, start:end] = k
             values[i, :, :, start:end] = v
             k_all, v_all = keys[i, :, :, :end], values[i, :, :, :end]
@@ -106,10 +112,10 @@ class KVSampler:
                 k_all, v_all = k_all.repeat_interleave(groups, dim=1), v_all.repeat_interleave(groups, dim=1)
             out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=allowed, scale=1.0 / math.sqrt(self.head_dim))
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
-            x = _rms_norm(hidden, layer.post_attention_layernorm.weight, self.eps)
+            x = rms_norm(hidden, layer.post_attention_layernorm.weight, self.eps)
             mlp = layer.mlp
             hidden = hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-        last = _rms_norm(hidden[:, -1], self.model.model.norm.weight, self.eps)
+        last = rms_norm(hidden[:, -1], self.model.model.norm.weight, self.eps)
         return self.model.lm_head(last)
 
 

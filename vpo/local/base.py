@@ -102,7 +102,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
     from vpo.data import read_rows
     from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases,
                                  save_pretrained_atomic)
-    from vpo.local.rl import pack_rollouts, response_logprobs
+    from vpo.local.group_forward import StepBatch
     from vpo.task import resolve
 
     if mode not in PROMPT_MODES:
@@ -134,12 +134,13 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
             group["lr"] = lr
         batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, mode, m, seed))
                  for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
-        input_ids, attention, positions, mask, width_p = pack_rollouts([b[0] for b in batch], [b[1] for b in batch],
-                                                                       tokenizer.pad_token_id)
-        if input_ids.shape[1] > cfg.max_positions:
-            raise ValueError(f"a demonstration needs {input_ids.shape[1]} positions > local_trainer.max_positions "
+        demos = StepBatch([b[0] for b in batch], [b[1] for b in batch], 1, tokenizer.pad_token_id)
+        width = demos.prompts.shape[1] + demos.responses.shape[1]
+        if width > cfg.max_positions:
+            raise ValueError(f"a demonstration needs {width} positions > local_trainer.max_positions "
                              f"({cfg.max_positions}); raise max_positions")
-        logp, _ = response_logprobs(model, input_ids, attention, positions, width_p)
+        logp, _ = demos.logprobs(model)
+        mask = demos.mask[:, :logp.shape[1]]
         loss = -(logp * mask).sum() / mask.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

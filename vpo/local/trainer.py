@@ -80,7 +80,9 @@ def train_local(spec: RunSpec) -> dict:
     from vpo.generate import SamplingSettings, render_prompts, sample_responses
     from vpo.data import read_rows
     from vpo.generate import load_pretrained
-    from vpo.local.rl import low_var_kl, masked_mean, pack_rollouts, ppo_clip_loss, response_logprobs
+    from vpo.llama_sampler import supports
+    from vpo.local.group_forward import StepBatch
+    from vpo.local.rl import low_var_kl, masked_mean, ppo_clip_loss
     from vpo.methods import get_method
     from vpo.rollouts import as_matrix
     from vpo.task import resolve
@@ -109,6 +111,9 @@ def train_local(spec: RunSpec) -> dict:
     policy, tokenizer = load_pretrained(spec.base_model)
     reference, _ = load_pretrained(spec.base_model)
     reference.eval().requires_grad_(False)
+    if not supports(policy):
+        raise ValueError(f"{base} is not a float32 Llama as `vpo base-model` builds it: the local trainer's "
+                         "forward (vpo/local/group_forward.py) computes only that network")
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
                   for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
     max_new = cfg.max_new_tokens_for(method.prompt)
@@ -165,28 +170,22 @@ def train_local(spec: RunSpec) -> dict:
         results = score_rollouts(rollout_rows, texts)
         scores = np.array([float(r["score"]) for r in results])
         subs = [as_matrix(r["sub_scores"]) for r in results]
-        seqs = pack_rollouts([prompt_ids[i] for i in picked for _ in range(n)], responses, tokenizer.pad_token_id)
-        input_ids, attention, positions, mask, width_p = seqs
+        batch = StepBatch([prompt_ids[i] for i in picked], responses, n, tokenizer.pad_token_id)
+        mask = batch.mask
         advantages, diagnostics = advantage_for_method(
             method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng,
             response_lengths=mask.sum(1).numpy())
         with torch.no_grad():
-            old_logp, _ = response_logprobs(policy, input_ids, attention, positions, width_p,
-                                            temperature=cfg.temperature)
-            ref_logp, _ = response_logprobs(reference, input_ids, attention, positions, width_p,
-                                            temperature=cfg.temperature)
+            old_logp, _ = batch.logprobs(policy, temperature=cfg.temperature)
+            ref_logp, _ = batch.logprobs(reference, temperature=cfg.temperature)
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
-        per_mb = len(picked) // cfg.ppo_mini_batches * n
+        groups_per_mb = len(picked) // cfg.ppo_mini_batches
+        per_mb = groups_per_mb * n
         stats = {"pg_loss": [], "kl": [], "entropy": [], "clipfrac": [], "ppo_kl": [], "grad_norm": []}
         for mb in range(cfg.ppo_mini_batches):
             sl = slice(mb * per_mb, (mb + 1) * per_mb)
-            # Trim the padding columns this mini-batch does not use.
-            cols = attention[sl].bool().any(0).nonzero()
-            lo, hi = int(cols.min()), int(cols.max()) + 1
-            lo = min(lo, width_p - 1)
-            logp, entropy = response_logprobs(policy, input_ids[sl, lo:hi], attention[sl, lo:hi],
-                                              positions[sl, lo:hi], width_p - lo, temperature=cfg.temperature,
-                                              with_entropy=True)
+            logp, entropy = batch.logprobs(policy, groups=slice(mb * groups_per_mb, (mb + 1) * groups_per_mb),
+                                           temperature=cfg.temperature, with_entropy=True)
             r_len = logp.shape[1]
             mb_mask = mask[sl, :r_len]
             pg_loss, clipfrac, ppo_kl = ppo_clip_loss(logp, old_logp[sl, :r_len], adv[sl], mb_mask,
