@@ -51,6 +51,12 @@ def test_chat_template_renders_user_turn_and_generation_prompt():
 
 
 def test_save_load_round_trip_gives_identical_logits(tmp_path):
+    """transformers' model -> files -> vpo.tiny_llama (no transformers model code) -> files -> transformers:
+    the same parameters at every stage and the same logits at the end."""
+    from transformers import AutoModelForCausalLM
+
+    from vpo.tiny_llama import TinyLlama
+
     tok = make_tokenizer()
     settings = TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
     model = build_model(len(tok), settings, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
@@ -58,12 +64,34 @@ def test_save_load_round_trip_gives_identical_logits(tmp_path):
     out = save_pretrained_atomic(model, tok, tmp_path / "m")
     assert not list(tmp_path.glob("*.tmp-*"))
     loaded, tok2 = load_pretrained(out)
-    ids = torch.tensor([tok("S . # UP", add_special_tokens=False)["input_ids"]])
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, loaded(ids).logits)
+    assert isinstance(loaded, TinyLlama)
+    assert loaded.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight  # tied, as in transformers' model
     assert tok2.get_vocab() == tok.get_vocab()
     assert tok2.padding_side == "left"
-    assert loaded.config.hidden_size == 32
+    assert loaded.config.hidden_size == 32 and loaded.config.max_position_embeddings == 64
+
+    again = save_pretrained_atomic(loaded, tok2, tmp_path / "again")
+    reread = AutoModelForCausalLM.from_pretrained(again)
+    ids = torch.tensor([tok("S . # UP", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reread(ids).logits)
+    assert reread.generation_config.eos_token_id == tok.eos_token_id
+
+
+def test_a_model_the_plain_torch_code_does_not_compute_is_loaded_by_transformers(tmp_path):
+    import json
+
+    tok = make_tokenizer()
+    settings = TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    model = build_model(len(tok), settings, pad_token_id=0, bos_token_id=1, eos_token_id=2, seed=3)
+    out = save_pretrained_atomic(model, tok, tmp_path / "m")
+    config = json.loads((out / "config.json").read_text())
+    config["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    (out / "config.json").write_text(json.dumps(config))
+    loaded, _ = load_pretrained(out)
+    assert type(loaded).__name__ == "LlamaForCausalLM"
 
 
 def test_same_seed_same_weights_and_clear_error_for_missing_dir(tmp_path):

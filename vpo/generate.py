@@ -3,8 +3,8 @@
 `prompts` is a list of chat conversations (lists of `{role, content}` messages); the result holds,
 for each prompt, its `n` sampled response texts. Two backends:
 
-- `transformers` (CPU or one GPU): batched sampling with the KV cache of `model.generate`, left
-  padding, time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
+- `transformers` (CPU): batched sampling with the KV cache (`model.generate`, or for the CPU backend's
+  tiny Llama models `vpo/llama_sampler.py` on weights loaded by `vpo/tiny_llama.py`), left padding, time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
 - `vllm` (GPUs, or vLLM's CPU build in its own environment): `vllm.LLM.generate`; vLLM is imported
   only when this backend is built. Our sampling settings are translated by the pure function
   `vllm_sampling_kwargs`, the engine's by `vllm_engine_kwargs`.
@@ -23,8 +23,7 @@ BACKENDS = ("transformers", "vllm")
 
 def load_pretrained(path: str | Path, *, dtype=None):
     """Load (model, tokenizer) from a Hugging Face directory; clear error if it is not one."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    from vpo import tiny_llama
     from vpo.data import rebuild_hint
 
     path = Path(path)
@@ -34,6 +33,10 @@ def load_pretrained(path: str | Path, *, dtype=None):
             "Build it with `vpo base-model` (local backend) or `vpo merge --run <run dir>`."
         )
     try:
+        if dtype is None and tiny_llama.is_tiny_llama_dir(path):  # the CPU backend's models, without transformers' model code
+            return tiny_llama.load(path)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(path)
         kwargs = {} if dtype is None else {"dtype": dtype}
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -171,11 +174,9 @@ class TransformersBackend:
     """Batched CPU/GPU sampling with transformers; built from a model directory or objects."""
 
     def __init__(self, model_path=None, *, model=None, tokenizer=None, batch_size: int = 256,
-                 progress: bool = True, device: str | None = None):
+                 progress: bool = True):
         if model is None:
             model, tokenizer = load_pretrained(model_path)
-        if device is not None:
-            model = model.to(device)
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.progress = batch_size, progress
 

@@ -22,11 +22,12 @@ import math
 
 
 def supports(model) -> bool:
-    """True for a `LlamaForCausalLM` this sampler computes exactly as transformers does."""
+    """True for a `LlamaForCausalLM` (or vpo.tiny_llama's copy of one) this sampler computes exactly as
+    transformers does."""
     import torch
 
     config = getattr(model, "config", None)
-    if type(model).__name__ != "LlamaForCausalLM" or config is None:
+    if type(model).__name__ not in ("LlamaForCausalLM", "TinyLlama") or config is None:
         return False
     rope = getattr(config, "rope_parameters", None) or {"rope_type": "default"}
     weights = next(model.parameters())

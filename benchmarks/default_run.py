@@ -1,0 +1,94 @@
+"""Wall time of the CPU default from a fresh clone: `figures/pass_at_k.pdf`, then every other default target.
+
+    python benchmarks/default_run.py                  # this checkout's HEAD
+    python benchmarks/default_run.py --commit 101701e # any commit, to compare two on one machine
+
+Clones the commit into a temporary directory and runs Snakemake there with this checkout's environment
+(the clone's own code runs: jobs import the working directory's `vpo`). Prints Snakemake's wall seconds
+for each of the two targets, the seconds every rule's jobs took together (from the job logs' start and
+finish lines), and the RL step times the training cells logged. Goals (README): `figures/pass_at_k.pdf`
+in at most 4 minutes on 2 cores, every default target in at most 6. Run it on a quiet machine: it
+measures time, and another process on the same cores changes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+
+
+def job_seconds(log: str) -> dict[str, list[float]]:
+    """Seconds per job, by rule, from a Snakemake log: a job runs from the stamp above its `rule` line
+    to the stamp above its `Finished jobid` line."""
+    started: dict[str, tuple[str, datetime]] = {}
+    per_rule: dict[str, list[float]] = collections.defaultdict(list)
+    stamp, rule = None, None
+    for line in log.splitlines():
+        if match := STAMP.match(line.strip()):
+            stamp = datetime.strptime(match.group(1), "%a %b %d %H:%M:%S %Y")
+        elif match := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
+            rule = match.group(1)
+        elif (match := re.match(r"^jobid: (\d+)$", line.strip())) and rule and stamp:
+            started[match.group(1)] = (rule, stamp)
+        elif (match := re.match(r"^Finished jobid: (\d+)", line.strip())) and match.group(1) in started and stamp:
+            name, begun = started.pop(match.group(1))
+            per_rule[name].append((stamp - begun).total_seconds())
+    return per_rule
+
+
+def run_target(clone: Path, target: str | None, cores: int) -> tuple[float, str]:
+    command = [str(Path(sys.executable).parent / "snakemake"), "--cores", str(cores)] + ([target] if target else [])
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=clone, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"snakemake {target or '(all)'} failed in {clone}:\n{done.stderr[-3000:]}")
+    return seconds, done.stderr + done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commit", default="HEAD", help="the commit to clone (default: HEAD)")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="vpo_default_run_"))
+    clone = work / "repo"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "-q", args.commit], cwd=clone, check=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True).stdout
+    print(f"commit {commit.strip()}, {args.cores} cores, clone {clone}")
+    logs = []
+    for label, target in (("figures/pass_at_k.pdf", "figures/pass_at_k.pdf"), ("every other default target", None)):
+        seconds, log = run_target(clone, target, args.cores)
+        logs.append(log)
+        print(f"{label:28s} {seconds:7.1f} s")
+    per_rule = job_seconds("\n".join(logs))
+    print(f"\n{'rule':28s} {'jobs':>5s} {'seconds':>8s} {'median':>7s}")
+    for rule, times in sorted(per_rule.items(), key=lambda item: -sum(item[1])):
+        print(f"{rule:28s} {len(times):5d} {sum(times):8.0f} {statistics.median(times):7.1f}")
+    sys.path.insert(0, str(REPO))
+    from benchmarks.rl_step import logged_step_times
+
+    cells = logged_step_times(clone / "results" / "cpu" / "runs")
+    print(f"\n{'cell':28s} {'step s':>7s} {'gen s':>6s}")
+    for cell, step, generation, _ in cells:
+        print(f"{cell:28s} {step:7.3f} {generation:6.3f}")
+    if not args.keep:
+        subprocess.run(["rm", "-rf", str(work)], check=True)
+
+
+if __name__ == "__main__":
+    main()
