@@ -101,3 +101,40 @@ def test_same_seed_same_weights_and_clear_error_for_missing_dir(tmp_path):
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     with pytest.raises(FileNotFoundError, match="vpo base-model"):
         load_pretrained(tmp_path / "nothing")
+
+
+def test_the_light_tokenizer_gives_what_transformers_gives(tmp_path):
+    """vpo.tiny_llama.TinyTokenizer (tokenizers alone) against transformers' fast tokenizer on the same files:
+    encodings, decodings with and without special tokens, the chat template, the special ids, a save."""
+    from transformers import PreTrainedTokenizerFast
+
+    from vpo.tiny_llama import TinyTokenizer
+
+    tok = make_tokenizer()
+    model = build_model(len(tok), TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+                                                    max_positions=64), pad_token_id=tok.pad_token_id,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    out = save_pretrained_atomic(model, tok, tmp_path / "m")
+    light, full = TinyTokenizer(out), PreTrainedTokenizerFast.from_pretrained(out)
+    texts = PROMPTS + DEMOS + ["<route_2> UP zebra 0.35 </route_2></s>", "", "  spaced   out  "]
+    for text in texts:
+        assert light(text)["input_ids"] == full(text, add_special_tokens=False)["input_ids"]
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        ids = torch.randint(0, len(tok), (int(torch.randint(0, 30, (1,), generator=rng)),), generator=rng).tolist()
+        for skip in (True, False):
+            assert light.decode(ids, skip_special_tokens=skip) == full.decode(ids, skip_special_tokens=skip)
+    conversations = [[{"role": "user", "content": p}] for p in PROMPTS] + [
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "S . #"},
+         {"role": "assistant", "content": "<answer>UP</answer>"}, {"role": "user", "content": "again"}]]
+    for conversation in conversations:
+        for generation_prompt in (True, False):
+            assert light.apply_chat_template(conversation, add_generation_prompt=generation_prompt, tokenize=False,
+                                             enable_thinking=False) == full.apply_chat_template(
+                conversation, add_generation_prompt=generation_prompt, tokenize=False, enable_thinking=False)
+    assert (light.pad_token_id, light.bos_token_id, light.eos_token_id) == (
+        full.pad_token_id, full.bos_token_id, full.eos_token_id)
+    assert len(light) == len(full) and light.get_vocab() == full.get_vocab()
+    (tmp_path / "copy").mkdir()
+    light.save_pretrained(tmp_path / "copy")
+    assert PreTrainedTokenizerFast.from_pretrained(tmp_path / "copy").get_vocab() == full.get_vocab()

@@ -1,25 +1,37 @@
-"""The CPU backend's tiny Llama models without transformers' model classes: load, hold and save them.
+"""The CPU backend's tiny Llama models without transformers: load, hold and save them.
 
-Importing transformers' Llama (its masking code imports torch._dynamo) and `AutoTokenizer` costs a
-job about 3 s on this project's 2-core machine before any work, and every local train, evaluation and
-search job paid it (about 30 per default run). A model directory whose network `vpo.llama_sampler`
-and `vpo.local.group_forward` compute exactly (a float32 `LlamaForCausalLM` with the default rotary
-embedding, no biases, SiLU, as `vpo base-model` writes it) is loaded here instead: the same
-parameters under the same names, read from `model.safetensors` into plain `torch.nn` modules, and
-the tokenizer by its own class (`PreTrainedTokenizerFast`, light to import). Saving writes the
-Hugging Face layout back (config.json, generation_config.json, model.safetensors with tied weights
-stored once), so merge, evaluation and any transformers or vLLM reader see the files they read.
+Importing transformers costs a job 0.7 s, its Llama classes (whose masking code imports torch._dynamo)
+and `AutoTokenizer` about 3 s on this project's 2-core machine before any work, and every local
+train, evaluation and search job paid it (about 40 per default run). A model directory as `vpo
+base-model` and the local trainer write it is loaded here instead: a network `vpo.llama_sampler` and
+`vpo.local.group_forward` compute exactly (a float32 `LlamaForCausalLM` with the default rotary
+embedding, no biases, SiLU) with the same parameters under the same names in plain `torch.nn`
+modules, and its word-level tokenizer through the `tokenizers` library with the project's chat
+template. Saving writes the Hugging Face layout back (config.json, generation_config.json,
+model.safetensors with tied weights stored once, the tokenizer files as they were), so merge,
+evaluation and any transformers or vLLM reader see the files they read (tests/test_local_model.py).
 Anything else is loaded by transformers (`vpo.generate.load_pretrained`).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
+
+# The prompt format of the tiny models, rendered as transformers' `apply_chat_template` renders it.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|> ' + message['content'] + ' ' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
+)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
 
 def computes_exactly(config: dict) -> bool:
     """True for a Llama config (config.json as a dict) whose network this module and the plain-torch
@@ -32,13 +44,63 @@ def computes_exactly(config: dict) -> bool:
 
 
 def is_tiny_llama_dir(path: str | Path) -> bool:
-    """A model directory this module loads: a config it computes exactly and a fast tokenizer file."""
+    """A model directory this module loads: a config it computes exactly and the tiny models' tokenizer
+    (a `tokenizers` file and the project's chat template)."""
     path = Path(path)
     try:
         config = json.loads((path / "config.json").read_text())
+        template = (path / "chat_template.jinja").read_text()
     except (OSError, json.JSONDecodeError):
         return False
-    return computes_exactly(config) and (path / "tokenizer.json").is_file() and (path / "model.safetensors").is_file()
+    return (computes_exactly(config) and template == CHAT_TEMPLATE and (path / "tokenizer.json").is_file()
+            and (path / "model.safetensors").is_file())
+
+
+class TinyTokenizer:
+    """The tiny models' word-level tokenizer through `tokenizers` alone: what the trainer, evaluation and
+    the model server call of transformers' fast tokenizer (encoding without special tokens, decoding,
+    the chat template, the special tokens' ids), with the same results (tests/test_local_model.py)."""
+
+    padding_side = "left"
+    chat_template = CHAT_TEMPLATE
+
+    def __init__(self, path: str | Path):
+        from tokenizers import Tokenizer
+
+        self.path = Path(path)
+        self.backend = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        config = json.loads((self.path / "tokenizer_config.json").read_text())
+        self.special_tokens = {}
+        for role in ("pad", "bos", "eos", "unk"):
+            token = config.get(f"{role}_token")
+            token = token.get("content") if isinstance(token, dict) else token  # an AddedToken written out
+            self.special_tokens[f"{role}_token"] = token
+            setattr(self, f"{role}_token_id", None if token is None else self.backend.token_to_id(token))
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": self.backend.encode(text, add_special_tokens=add_special_tokens).ids}
+
+    def __len__(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def get_vocab(self) -> dict:
+        return self.backend.get_vocab(with_added_tokens=True)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, conversation, add_generation_prompt: bool = False, tokenize: bool = False, **variables):
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        # transformers' environment options, so a template renders as `apply_chat_template` renders it
+        template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(self.chat_template)
+        text = template.render(messages=list(conversation), add_generation_prompt=add_generation_prompt,
+                               **self.special_tokens, **variables)
+        return self(text)["input_ids"] if tokenize else text
+
+    def save_pretrained(self, path: str | Path) -> None:
+        for name in TOKENIZER_FILES:
+            shutil.copy2(self.path / name, Path(path) / name)
 
 
 class RMSNorm(nn.Module):
@@ -128,10 +190,5 @@ class TinyLlama(nn.Module):
 
 
 def load(path: str | Path):
-    """(TinyLlama, tokenizer) of a directory `is_tiny_llama_dir` accepts."""
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    return TinyLlama.from_dir(path), tokenizer
-
+    """(TinyLlama, TinyTokenizer) of a directory `is_tiny_llama_dir` accepts."""
+    return TinyLlama.from_dir(path), TinyTokenizer(path)

@@ -15,16 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 from vpo.atomic import atomic_dir
+from vpo.tiny_llama import CHAT_TEMPLATE  # rendered by `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
-# Rendered by `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|> ' + message['content'] + ' ' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
-)
 # XML-like tags (`<answer>`, `</route_2>`) stay whole tokens instead of splitting on `<`, `/`, `>`.
 TAG_PATTERN = re.compile(r"</?[A-Za-z_]+(?:_\d+)?>")
 CUT_PATTERN = re.compile(r"(?:</?[A-Za-z_]+(?:_\d+)?>|\d+)")

@@ -175,12 +175,15 @@ def train_local(spec: RunSpec) -> dict:
         advantages, diagnostics = advantage_for_method(
             method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng,
             response_lengths=mask.sum(1).numpy())
-        with torch.no_grad():
-            old_logp, _ = batch.logprobs(policy, temperature=cfg.temperature)
-            ref_logp, _ = batch.logprobs(reference, temperature=cfg.temperature)
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
         groups_per_mb = len(picked) // cfg.ppo_mini_batches
         per_mb = groups_per_mb * n
+        with torch.no_grad():
+            # the old policy's log-probabilities: the first mini-batch reads its own (no update precedes it),
+            # the later ones need the policy as it was before any update of this step
+            if cfg.ppo_mini_batches > 1:
+                later_logp, _ = batch.logprobs(policy, groups=slice(groups_per_mb, None), temperature=cfg.temperature)
+            ref_logp, _ = batch.logprobs(reference, temperature=cfg.temperature)
         stats = {"pg_loss": [], "kl": [], "entropy": [], "clipfrac": [], "ppo_kl": [], "grad_norm": []}
         for mb in range(cfg.ppo_mini_batches):
             sl = slice(mb * per_mb, (mb + 1) * per_mb)
@@ -188,7 +191,8 @@ def train_local(spec: RunSpec) -> dict:
                                            temperature=cfg.temperature, with_entropy=True)
             r_len = logp.shape[1]
             mb_mask = mask[sl, :r_len]
-            pg_loss, clipfrac, ppo_kl = ppo_clip_loss(logp, old_logp[sl, :r_len], adv[sl], mb_mask,
+            old_logp = logp.detach() if mb == 0 else later_logp[sl.start - per_mb:sl.stop - per_mb, :r_len]
+            pg_loss, clipfrac, ppo_kl = ppo_clip_loss(logp, old_logp, adv[sl], mb_mask,
                                                       clip_ratio=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c)
             kl = masked_mean(low_var_kl(logp, ref_logp[sl, :r_len]), mb_mask)
             ent = masked_mean(entropy, mb_mask)
