@@ -5,7 +5,7 @@ so the two cannot drift), and the trainers read them. Only the standard library 
 
 The local trainer's RL knobs mirror veRL's (`actor.clip_ratio`, `kl_loss_coef`,
 `ppo_mini_batch_size`, `rollout.n`); only the scale is smaller (width 64 keeps an RL step of 64
-rollouts near 2 s on one thread).
+rollouts under half a second on one thread: benchmarks/rl_step.py).
 """
 
 from __future__ import annotations

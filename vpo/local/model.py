@@ -1,7 +1,7 @@
 """The tiny causal LM and word-level tokenizer of the embedded CPU backend.
 
-Both are built for one task's text and saved in Hugging Face format, so every consumer (the local
-trainer, `vpo eval`, `vpo merge`) loads them with `from_pretrained`, exactly like a hub model.
+Both are built with transformers for one task's text and saved in Hugging Face format, so any reader
+loads them like a hub model; the project's own jobs load them without transformers (vpo/tiny_llama.py).
 The tokenizer is word level: every grid symbol, move and tag is one token, which keeps sequences
 short enough for a model of a few hundred thousand parameters to learn the output format.
 """
