@@ -111,7 +111,8 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
             draw_interval_panel(ax, rows, methods)
             ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
             if metric == "hypervolume" and len(rows) and (rows.high == 0).all():
-                ax.text(0.6, 0.5, "0 for every pool:\nno vector above the\nreference point in\nevery objective", transform=ax.transAxes, ha="center", va="center",
+                ax.set_xlim(-0.02, 0.1)  # the markers at 0 on the left, the note beside them, not over them
+                ax.text(0.62, 0.5, "0 for every pool:\nno vector above the\nreference point in\nevery objective", transform=ax.transAxes, ha="center", va="center",
                         fontsize="small", bbox={"facecolor": "white", "edgecolor": "0.7"})
     add_marker_legend(axes[0], methods)
     finish(fig, axes, out, title="The evaluation pool as a multi-objective set", n_seeds=_seeds(intervals),
