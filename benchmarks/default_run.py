@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -87,7 +88,7 @@ def main() -> None:
     for cell, step, generation, _ in cells:
         print(f"{cell:28s} {step:7.3f} {generation:6.3f}")
     if not args.keep:
-        subprocess.run(["rm", "-rf", str(work)], check=True)
+        shutil.rmtree(work)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 for each prompt, its `n` sampled response texts. Two backends:
 
 - `transformers` (CPU): batched sampling with the KV cache (`model.generate`, or for the CPU backend's
-  tiny Llama models `vpo/llama_sampler.py` on weights loaded by `vpo/tiny_llama.py`), left padding, time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
+  tiny Llama models `vpo/llama_sampler.py` on weights loaded by `vpo/tiny_llama.py`), left padding,
+  time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
 - `vllm` (GPUs, or vLLM's CPU build in its own environment): `vllm.LLM.generate`; vLLM is imported
   only when this backend is built. Our sampling settings are translated by the pure function
   `vllm_sampling_kwargs`, the engine's by `vllm_engine_kwargs`.

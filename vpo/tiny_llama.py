@@ -65,8 +65,11 @@ class TinyTokenizer:
     chat_template = CHAT_TEMPLATE
 
     def __init__(self, path: str | Path):
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
 
+        # transformers' environment options, so the template renders as `apply_chat_template` renders it
+        self.template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(self.chat_template)
         self.path = Path(path)
         self.backend = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         config = json.loads((self.path / "tokenizer_config.json").read_text())
@@ -90,11 +93,7 @@ class TinyTokenizer:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, conversation, add_generation_prompt: bool = False, tokenize: bool = False, **variables):
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        # transformers' environment options, so a template renders as `apply_chat_template` renders it
-        template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(self.chat_template)
-        text = template.render(messages=list(conversation), add_generation_prompt=add_generation_prompt,
+        text = self.template.render(messages=list(conversation), add_generation_prompt=add_generation_prompt,
                                **self.special_tokens, **variables)
         return self(text)["input_ids"] if tokenize else text
 
