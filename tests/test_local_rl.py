@@ -59,3 +59,47 @@ def test_group_pool_diversity_hand_value():
     subs = [np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]])]
     # group 0: one pair at L1 distance 2; group 1: identical answers, distance 0.
     assert group_pool_diversity(subs, np.array([0, 0, 1, 1])) == pytest.approx(1.0)
+
+
+def _tiny_policy(seed=0):
+    from vpo.tiny_llama import TinyLlama
+
+    torch.manual_seed(seed)
+    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 20, "hidden_size": 16, "intermediate_size": 32,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+              "max_position_embeddings": 64, "pad_token_id": 0, "tie_word_embeddings": True}
+    return TinyLlama(config)
+
+
+def test_every_mini_batchs_old_log_probabilities_are_the_policys_before_the_first_update():
+    """Two mini-batches with plain SGD: the second has zero advantages and no KL or entropy term, so its
+    update is zero and the policy after the step is the policy after the first update. The second
+    mini-batch's reported ppo_kl, mean(old - new) over its tokens, must then equal mean(log p before the
+    step - log p after the first update), computed here from a copy taken before the step; the first
+    mini-batch's is 0 (its old log-probabilities are its own)."""
+    import copy
+    import dataclasses
+
+    from vpo.local.group_forward import StepBatch
+    from vpo.local.rl import policy_update
+    from vpo.settings import LocalTrainerSettings
+    from conftest import TINY_LOCAL_TRAINER
+
+    settings = dataclasses.replace(LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER), ppo_mini_batches=2,
+                                   kl_coef=0.0, entropy_coef=0.0, grad_clip=1e9, temperature=1.0)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 20, (5 + i,), generator=g).tolist() for i in range(4)]
+    responses = [torch.randint(1, 20, (2 + i % 5,), generator=g).tolist() for i in range(8)]
+    batch = StepBatch(prompts, responses, 2, pad_id=0)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
+    policy = _tiny_policy()
+    before = copy.deepcopy(policy)
+    stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.5), batch, advantages,
+                          torch.zeros(8, batch.mask.shape[1]), settings)
+    with torch.no_grad():
+        old, _ = batch.logprobs(before, groups=slice(2, 4))
+        new, _ = batch.logprobs(policy, groups=slice(2, 4))
+    mask = batch.mask[4:, :old.shape[1]]
+    expected = float(masked_mean(old - new, mask))
+    assert abs(expected) > 1e-3  # the first update moved the second mini-batch's log-probabilities
+    assert stats["ppo_kl"] == pytest.approx([0.0, expected], abs=1e-6)

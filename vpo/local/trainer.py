@@ -82,7 +82,7 @@ def train_local(spec: RunSpec) -> dict:
     from vpo.generate import load_pretrained
     from vpo.llama_sampler import supports
     from vpo.local.group_forward import StepBatch
-    from vpo.local.rl import low_var_kl, masked_mean, ppo_clip_loss
+    from vpo.local.rl import optimizer_for, policy_update
     from vpo.methods import get_method
     from vpo.rollouts import as_matrix
     from vpo.task import resolve
@@ -124,7 +124,7 @@ def train_local(spec: RunSpec) -> dict:
             f"{policy.config.max_position_embeddings} positions; raise local_trainer.max_positions and rebuild the base model"
         )
 
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
+    optimizer = optimizer_for(policy, cfg)
     np_rng = np.random.default_rng([spec.seed, 1])
     torch.manual_seed(spec.seed)
     start_step = 0
@@ -138,8 +138,7 @@ def train_local(spec: RunSpec) -> dict:
     latest, state = ckpt.resumable_checkpoint(ckpt_root, provenance)
     if latest is not None:
         policy, _ = load_pretrained(latest / "model")
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(0.9, 0.999),
-                                      weight_decay=cfg.weight_decay)
+        optimizer = optimizer_for(policy, cfg)
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         np_rng.bit_generator.state = state["numpy_rng"]
@@ -176,33 +175,9 @@ def train_local(spec: RunSpec) -> dict:
             method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng,
             response_lengths=mask.sum(1).numpy())
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
-        groups_per_mb = len(picked) // cfg.ppo_mini_batches
-        per_mb = groups_per_mb * n
         with torch.no_grad():
-            # the old policy's log-probabilities: the first mini-batch reads its own (no update precedes it),
-            # the later ones need the policy as it was before any update of this step
-            if cfg.ppo_mini_batches > 1:
-                later_logp, _ = batch.logprobs(policy, groups=slice(groups_per_mb, None), temperature=cfg.temperature)
             ref_logp, _ = batch.logprobs(reference, temperature=cfg.temperature)
-        stats = {"pg_loss": [], "kl": [], "entropy": [], "clipfrac": [], "ppo_kl": [], "grad_norm": []}
-        for mb in range(cfg.ppo_mini_batches):
-            sl = slice(mb * per_mb, (mb + 1) * per_mb)
-            logp, entropy = batch.logprobs(policy, groups=slice(mb * groups_per_mb, (mb + 1) * groups_per_mb),
-                                           temperature=cfg.temperature, with_entropy=True)
-            r_len = logp.shape[1]
-            mb_mask = mask[sl, :r_len]
-            old_logp = logp.detach() if mb == 0 else later_logp[sl.start - per_mb:sl.stop - per_mb, :r_len]
-            pg_loss, clipfrac, ppo_kl = ppo_clip_loss(logp, old_logp, adv[sl], mb_mask,
-                                                      clip_ratio=cfg.clip_ratio, clip_ratio_c=cfg.clip_ratio_c)
-            kl = masked_mean(low_var_kl(logp, ref_logp[sl, :r_len]), mb_mask)
-            ent = masked_mean(entropy, mb_mask)
-            loss = pg_loss + cfg.kl_coef * kl - cfg.entropy_coef * ent
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-            optimizer.step()
-            for key, value in zip(stats, (pg_loss, kl, ent, clipfrac, ppo_kl, grad_norm)):
-                stats[key].append(float(value.detach()) if torch.is_tensor(value) else float(value))
+        stats = policy_update(policy, optimizer, batch, adv, ref_logp, cfg)
 
         record = {
             "step": step,
