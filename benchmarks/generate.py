@@ -1,4 +1,4 @@
-"""Batched vs one-at-a-time generation throughput of the transformers backend on CPU.
+"""Batched vs one-at-a-time generation throughput of the torch backend on CPU.
 
 Samples the rollouts of one RL step (prompts x samples maze prompts) twice: in batches of
 `--batch-size` sequences (left-padded, KV cache) and one sequence per `generate` call, and prints

@@ -51,6 +51,9 @@ def test_json_header_and_candidate_layout(evaluated, tiny_maze_data):
     m = 3 if method == "vpo" else 1
     assert (info["task"], info["method"], info["train_seed"], info["eval_seed"]) == ("maze", method, 7, 0)
     assert info["budget"] == BUDGET and info["n_problems"] == 3
+    # the ci preset samples with the torch backend, and the tiny base model with the plain-torch sampler
+    assert info["backend"] == "torch"
+    assert info["engine"] == info["provenance"]["engine"] == "vpo.llama_sampler"
     assert {"problem", "prompt", "chain", "slot", "text", "scalar", *OBJECTIVES} <= set(frame.columns)
     assert len(frame) == 3 * BUDGET
     for _, pool in frame.groupby("problem"):
@@ -94,7 +97,7 @@ def test_candidate_scores_match_an_independent_rescoring(evaluated, tiny_maze_da
 
 
 def test_each_method_gets_its_own_token_limit(evaluated, tiny_base_model):
-    """The transformers backend stops single-answer responses at eval.max_new_tokens.single and
+    """The torch backend stops single-answer responses at eval.max_new_tokens.single and
     multi-answer ones at .multi (each response: its tokens plus the end-of-sequence token it stopped on)."""
     from transformers import AutoTokenizer
 
@@ -165,6 +168,8 @@ def recorded(monkeypatch):
     seen = {}
 
     class Recorder:
+        engine = "recorder"
+
         def generate(self, prompts, n, sampling):
             seen.update(n=n, sampling=sampling)
             return [["<answer>RIGHT DOWN</answer>"] * n for _ in prompts]

@@ -159,10 +159,10 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
     from openevolve.llm.openai import OpenAILLM
 
     from vpo.data import read_rows
-    from vpo.generate import SamplingSettings, TransformersBackend
+    from vpo.generate import SamplingSettings, TorchBackend
     from vpo.llm_server import LoopbackServer
 
-    backend = TransformersBackend(tiny_base_model, progress=False)
+    backend = TorchBackend(tiny_base_model, progress=False)
     prompt = read_rows(tiny_maze_data, "test")[0]["prompt"]
     with LoopbackServer(backend, "tiny", max_tokens_cap=16) as server:
         assert server._httpd.server_address[0] == "127.0.0.1" and server.url.startswith("http://127.0.0.1:")
@@ -215,7 +215,7 @@ def test_same_seed_same_search(tmp_path, tiny_base_model, tiny_maze_data):
     runs = []
     for name in ("a", "b"):
         search_cell(model=str(tiny_base_model), task_name="maze", method_name="grpo", data_dir=str(tiny_maze_data),
-                    hardest=str(hardest), out=str(tmp_path / name), cfg=cfg, train_seed=0, backend="transformers")
+                    hardest=str(hardest), out=str(tmp_path / name), cfg=cfg, train_seed=0, backend="torch")
         runs.append(pd.read_parquet(tmp_path / name / "scores.parquet"))
     assert list(runs[0].columns) == ["problem", "iteration", "best_score", "solved"]
     assert len(runs[0]) == 2 * 5  # iterations 0..4 of two problems

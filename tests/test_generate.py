@@ -72,11 +72,11 @@ def test_seeded_sampling_is_reproducible(model_and_prompts):
 
 
 def test_transformers_backend_interface(model_and_prompts, tiny_base_model):
-    from vpo.generate import TransformersBackend, make_backend
+    from vpo.generate import TorchBackend, make_backend
 
     _, _, convs, _ = model_and_prompts
-    backend = make_backend("transformers", tiny_base_model, progress=False, batch_size=4)
-    assert isinstance(backend, TransformersBackend)
+    backend = make_backend("torch", tiny_base_model, progress=False, batch_size=4)
+    assert isinstance(backend, TorchBackend)
     out = backend.generate(convs, 3, SamplingSettings(max_new_tokens=8, seed=0))
     assert len(out) == 3 and all(len(texts) == 3 and all(isinstance(t, str) for t in texts) for texts in out)
     with pytest.raises(ValueError, match="unknown generation backend"):
@@ -97,7 +97,8 @@ def test_vllm_engine_kwargs_per_machine():
 def test_a_damaged_model_file_is_named_with_the_command_that_rebuilds_it(tmp_path):
     """A truncated merged model.safetensors once stopped evaluation with 'invalid header length' alone."""
     from vpo.generate import load_pretrained
-    from vpo.local.model import TinyModelSettings, build_model, build_tokenizer, save_pretrained_atomic
+    from vpo.local.model import build_model, build_tokenizer, save_pretrained_atomic
+    from vpo.tiny_llama import TinyModelSettings
 
     tokenizer = build_tokenizer(["a b c"])
     model = build_model(len(tokenizer), TinyModelSettings(hidden_size=32, num_layers=1, num_heads=1,

@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from vpo.local.group_forward import StepBatch, group_response_logprobs  # noqa: E402
-from vpo.local.model import TinyModelSettings, build_model  # noqa: E402
+from vpo.local.model import build_model  # noqa: E402
+from vpo.tiny_llama import TinyModelSettings  # noqa: E402
 
 VOCAB, PAD, BOS, EOS = 30, 0, 1, 2
 

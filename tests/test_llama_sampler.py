@@ -8,7 +8,8 @@ pytest.importorskip("transformers")
 
 from vpo.generate import left_pad  # noqa: E402
 from vpo import llama_sampler as sampler  # noqa: E402
-from vpo.local.model import TinyModelSettings, build_model  # noqa: E402
+from vpo.local.model import build_model  # noqa: E402
+from vpo.tiny_llama import TinyModelSettings  # noqa: E402
 
 VOCAB, PAD, BOS, EOS = 40, 0, 1, 2
 

@@ -23,7 +23,7 @@ class EchoTokenizer:
 
 
 class EchoBackend:
-    """Stands in for the transformers backend: the server's behaviour, not generation, is under test."""
+    """Stands in for the torch backend: the server's behaviour, not generation, is under test."""
 
     tokenizer = EchoTokenizer()
 

@@ -5,8 +5,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from vpo.generate import load_pretrained  # noqa: E402
-from vpo.local.model import (TAG_PATTERN, TinyModelSettings, build_model, build_tokenizer,  # noqa: E402
+from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer,  # noqa: E402
                              frequent_phrases, save_pretrained_atomic)
+from vpo.tiny_llama import TinyModelSettings  # noqa: E402
 
 PROMPTS = [
     f"Navigate a 9x9 maze from S to E.\nS . # G\n- You have {n} steps.\n"

@@ -89,4 +89,4 @@ def test_killed_verl_cpu_run_resumes_from_its_checkpoint_then_merges_and_evaluat
                     "--seed", "0", "--out", str(out), "--train-seed", "0", *common)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     summary = json.loads(out.with_suffix(".json").read_text())
-    assert summary["backend"] == "transformers" and summary["m"] == 3
+    assert summary["backend"] == "torch" and summary["m"] == 3

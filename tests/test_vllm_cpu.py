@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from vpo.data import read_rows  # noqa: E402
-from vpo.generate import SamplingSettings, TransformersBackend, VLLMBackend, sample_responses  # noqa: E402
+from vpo.generate import SamplingSettings, TorchBackend, VLLMBackend, sample_responses  # noqa: E402
 from vpo.prompts import rewrite_prompt  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,8 +60,8 @@ def vllm_tokens(engine, conversations, n, sampling):
     return outputs, [[list(c.token_ids) for c in o.outputs] for o in outputs]
 
 
-def test_the_chat_template_reaches_vllm_as_transformers_renders_it(engine, trained_base, conversations):
-    backend = TransformersBackend(trained_base, progress=False)
+def test_the_chat_template_reaches_vllm_as_the_torch_backend_renders_it(engine, trained_base, conversations):
+    backend = TorchBackend(trained_base, progress=False)
     outputs, _ = vllm_tokens(engine, conversations, 1, GREEDY)
     for conversation, request in zip(conversations, outputs):
         text = backend.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False,
@@ -69,12 +69,20 @@ def test_the_chat_template_reaches_vllm_as_transformers_renders_it(engine, train
         assert list(request.prompt_token_ids) == backend.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def test_greedy_decoding_gives_the_tokens_transformers_gives(engine, trained_base, conversations):
-    backend = TransformersBackend(trained_base, progress=False)
+def test_greedy_decoding_gives_the_tokens_the_plain_torch_sampler_and_transformers_give(engine, trained_base,
+                                                                                         conversations, monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    from vpo import llama_sampler
+
+    backend = TorchBackend(trained_base, progress=False)
+    assert backend.engine == "vpo.llama_sampler"  # the tiny model: vpo.tiny_llama.TinyLlama, sampled in plain torch
     tok = backend.tokenizer
     eos = tok.eos_token_id
     ids = [o["prompt_token_ids"] for o in engine.token_prompts(conversations)]
     expected = sample_responses(backend.model, tok, ids, 1, GREEDY)  # each ends at (and keeps) its EOS
+    monkeypatch.setattr(llama_sampler, "supports", lambda model: False)  # transformers' own model and `generate`
+    assert sample_responses(LlamaForCausalLM.from_pretrained(trained_base), tok, ids, 1, GREEDY) == expected
     _, got = vllm_tokens(engine, conversations, 1, GREEDY)
     got = [tokens[0] for tokens in got]
     assert got == expected
@@ -127,18 +135,19 @@ def vpo_eval(model, data, config, out, backend, method="vpo"):
 
 
 @pytest.mark.parametrize("method", ["vpo", "grpo"])
-def test_vpo_eval_with_vllm_writes_what_the_transformers_backend_writes(method, tiny_base_model, tiny_maze_data,
-                                                                        eval_config, tmp_path):
+def test_vpo_eval_with_vllm_writes_what_the_torch_backend_writes(method, tiny_base_model, tiny_maze_data,
+                                                                 eval_config, tmp_path):
     import shutil
 
     model = tmp_path / "runs" / "maze" / method / "seed0" / "model"
     shutil.copytree(tiny_base_model, model)
     frame, info = vpo_eval(model, tiny_maze_data, eval_config, tmp_path / "v1.parquet", "vllm", method)
     again, _ = vpo_eval(model, tiny_maze_data, eval_config, tmp_path / "v2.parquet", "vllm", method)
-    reference, ref_info = vpo_eval(model, tiny_maze_data, eval_config, tmp_path / "t.parquet", "transformers", method)
+    reference, ref_info = vpo_eval(model, tiny_maze_data, eval_config, tmp_path / "t.parquet", "torch", method)
     pd.testing.assert_frame_equal(frame, again)  # the same seed samples the same pool
     assert list(frame.columns) == list(reference.columns) and len(frame) == len(reference) == 3 * 6
     assert set(info) == set(ref_info) and info["backend"] == "vllm" and info["train_seed"] == 0
+    assert (info["engine"], ref_info["engine"]) == ("vllm", "vpo.llama_sampler")
     m = 3 if method == "vpo" else 1
     assert info["m"] == m and info["chains"] == 6 // m
     assert info["sampling"]["max_new_tokens"] == (40 if method == "vpo" else 12)

@@ -41,10 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--train-seed", type=int, default=None, help="default: parsed from `seed<N>` in --model")
-    parser.add_argument("--backend", choices=("transformers", "vllm"), default=None,
-                        help="generation backend (default: vllm for veRL on GPUs, else transformers)")
+    parser.add_argument("--backend", choices=("torch", "vllm"), default=None,
+                        help="generation backend (default: vllm for veRL on GPUs, else torch)")
     parser.add_argument("--n-problems", type=int, default=None, help="evaluate only the first N test problems")
-    parser.add_argument("--batch-size", type=int, default=256, help="transformers backend: sequences per batch")
+    parser.add_argument("--batch-size", type=int, default=256, help="torch backend: sequences per batch")
 
 
 def parse_train_seed(model_path: str) -> int | None:
@@ -170,7 +170,7 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
 
 
 def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, eval_seed: int, out: str, *,
-             eval_settings: dict, m: int, train_seed: int | None, backend: str = "transformers",
+             eval_settings: dict, m: int, train_seed: int | None, backend: str = "torch",
              n_problems: int | None = None, batch_size: int = 256, alpha: float = 1.0) -> dict:
     """Sample, score and write `<out>` (parquet) and its `.json`; returns the JSON payload."""
     from vpo.generate import SamplingSettings, make_backend
@@ -194,7 +194,7 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     limit = int(eval_settings["max_new_tokens"]["multi" if method.multi_answer else "single"])
     sampling = SamplingSettings(temperature=float(eval_settings["temperature"]), top_p=float(eval_settings["top_p"]),
                                 max_new_tokens=limit, seed=eval_seed)
-    kwargs = {"batch_size": batch_size} if backend == "transformers" else {"seed": eval_seed}
+    kwargs = {"batch_size": batch_size} if backend == "torch" else {"seed": eval_seed}
     generator = make_backend(backend, model_path, **kwargs)
     texts = generator.generate(plan.prompts, plan.n, sampling)
     frame = candidate_frame(task, rows, plan, texts, slots,
@@ -202,11 +202,13 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     metrics = pool_metrics(frame, task, budget=budget, eval_seed=eval_seed)
     payload = {"task": task_name, "method": method_name, "train_seed": train_seed, "eval_seed": eval_seed,
                "m": slots, "chains": budget // slots, "model": str(model_path), "backend": backend,
+               "engine": generator.engine,  # what sampled: vpo.llama_sampler, transformers.generate or vllm
                "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
                             "max_new_tokens": sampling.max_new_tokens},
                "goal_weights": goal_mode if method.prompt == "goal" else None,
                **metrics, "wall_time_s": round(time.time() - t0, 2),
-               "provenance": collect(), "training_provenance": training_provenance(model_path)}
+               "provenance": {**collect(), "engine": generator.engine},
+               "training_provenance": training_provenance(model_path)}
     out_path = Path(out)
     with atomic_file(out_path) as tmp:
         frame.to_parquet(tmp, index=False)
@@ -223,13 +225,13 @@ def training_provenance(model_path) -> dict | None:
 
 
 def generation_backend(cfg: dict, requested: str | None) -> str:
-    """The backend a job samples with (vLLM for veRL on GPUs, else transformers, unless `requested`);
-    with transformers, torch gets the configured threads (parallel CPU jobs must not oversubscribe)."""
+    """The backend a job samples with (vLLM for veRL on GPUs, else torch, unless `requested`);
+    with torch, torch gets the configured threads (parallel CPU jobs must not oversubscribe)."""
     from vpo.config import trains_tiny_base
 
-    backend = requested or ("transformers" if trains_tiny_base(cfg) else "vllm")
+    backend = requested or ("torch" if trains_tiny_base(cfg) else "vllm")
     threads = int(cfg["local_trainer"]["threads"])
-    if backend == "transformers" and threads > 0:
+    if backend == "torch" and threads > 0:
         import torch
 
         torch.set_num_threads(threads)

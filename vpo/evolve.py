@@ -342,9 +342,9 @@ def serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tok
 
     @contextlib.contextmanager
     def loopback():
-        from vpo.generate import TransformersBackend
+        from vpo.generate import TorchBackend
 
-        with llm_server.LoopbackServer(TransformersBackend(model, progress=False), model_name,
+        with llm_server.LoopbackServer(TorchBackend(model, progress=False), model_name,
                                        max_tokens_cap=max_tokens) as server:
             yield server.url, server.token
     return loopback()
@@ -363,7 +363,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--data", required=True, help="directory with the task's test.parquet")
     search.add_argument("--hardest", required=True, help="hardest.json from `vpo evolve select`")
     search.add_argument("--out", required=True, help="the cell's evolve directory")
-    search.add_argument("--backend", choices=("transformers", "vllm"), default=None,
+    search.add_argument("--backend", choices=("torch", "vllm"), default=None,
                         help="model server (default: vLLM for veRL on GPUs, else transformers)")
     for p in (select, search):
         p.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")

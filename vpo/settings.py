@@ -66,8 +66,8 @@ class LocalTrainerSettings:
     threads: int  # torch intra-op threads; 0 = torch's default
 
     def model_settings(self):
-        """The tiny model's architecture (vpo.local.model.TinyModelSettings)."""
-        from vpo.local.model import TinyModelSettings
+        """The tiny model's architecture (vpo.tiny_llama.TinyModelSettings)."""
+        from vpo.tiny_llama import TinyModelSettings
 
         return TinyModelSettings(
             hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,

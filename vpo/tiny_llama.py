@@ -1,22 +1,31 @@
-"""The CPU backend's tiny Llama models without transformers: load, hold and save them.
+"""The CPU backend's tiny Llama models without transformers: the network's math, the model, its tokenizer.
 
-Importing transformers costs a job 0.7 s, its Llama classes (whose masking code imports torch._dynamo)
-and `AutoTokenizer` about 3 s on this project's 2-core machine before any work, and every local
-train, evaluation and search job paid it (about 40 per default run). A model directory as `vpo
-base-model` and the local trainer write it is loaded here instead: a network `vpo.llama_sampler` and
-`vpo.local.group_forward` compute exactly (a float32 `LlamaForCausalLM` with the default rotary
-embedding, no biases, SiLU) with the same parameters under the same names in plain `torch.nn`
-modules, and its word-level tokenizer through the `tokenizers` library with the project's chat
-template. Saving writes the Hugging Face layout back (config.json, generation_config.json,
-model.safetensors with tied weights stored once, the tokenizer files as they were), so merge,
-evaluation and any transformers or vLLM reader see the files they read (tests/test_local_model.py).
-Anything else is loaded by transformers (`vpo.generate.load_pretrained`).
+One Llama block, written once: the functions below (embedding lookups aside: RMSNorm, the default
+rotary embedding, a layer's attention inputs, attention over any keys and values, the MLP, the final
+norm and head) are what `TinyLlama.forward`, the sampler (`vpo.llama_sampler`, over a KV cache) and the
+trainer's grouped forward (`vpo.local.group_forward`, responses over their group's prompt) compute with.
+They read a layer's parameters by transformers' names, so they run on `TinyLlama` and on transformers'
+own `LlamaForCausalLM` alike; tests/test_tiny_llama.py holds them equal to transformers' model, on the
+default config and on one with another rope theta, norm epsilon, head size and fewer key/value heads.
+
+Why not transformers' model classes: importing transformers costs a job 0.7 s, its Llama classes (whose
+masking code imports torch._dynamo) and `AutoTokenizer` about 3 s on this project's 2-core machine,
+and every local train, evaluation and search job paid it (about 40 per default run). A directory as
+`vpo base-model` and the local trainer write it (a float32 `LlamaForCausalLM` with the default rotary
+embedding, no biases, SiLU) loads here into plain `torch.nn` modules under the same parameter names, with
+its word-level tokenizer through the `tokenizers` library and the project's chat template. Saving writes
+the Hugging Face layout back (config.json, generation_config.json, model.safetensors with tied weights
+stored once, the tokenizer files it loaded), so merge, evaluation and any transformers or vLLM reader
+see the files they read. Anything else is loaded by transformers (`vpo.generate.load_pretrained`).
+
+Shapes: N rows, L positions, H hidden size, V vocabulary, heads x d (head size) queries, kv heads x d keys.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +40,19 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+@dataclass(frozen=True)
+class TinyModelSettings:
+    """Architecture of the tiny Llama-family policy (sizes from config.yaml's local_trainer block)."""
+
+    hidden_size: int = 128  # model width
+    num_layers: int = 2  # transformer blocks
+    num_heads: int = 2  # attention heads (head dim = hidden_size / num_heads; vLLM on CPU needs >= 32)
+    intermediate_size: int = 256  # MLP width
+    max_positions: int = 1024  # longest prompt + response the model can see
+    min_token_count: int = 1  # words seen fewer times in the corpus map to <unk>
+
 
 
 def computes_exactly(config: dict) -> bool:
@@ -70,9 +92,11 @@ class TinyTokenizer:
 
         # transformers' environment options, so the template renders as `apply_chat_template` renders it
         self.template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(self.chat_template)
-        self.path = Path(path)
-        self.backend = Tokenizer.from_file(str(self.path / "tokenizer.json"))
-        config = json.loads((self.path / "tokenizer_config.json").read_text())
+        path = Path(path)
+        # the files as loaded, written back by save_pretrained (the directory may change after loading)
+        self.files = {name: (path / name).read_bytes() for name in TOKENIZER_FILES}
+        self.backend = Tokenizer.from_str(self.files["tokenizer.json"].decode())
+        config = json.loads(self.files["tokenizer_config.json"])
         self.special_tokens = {}
         for role in ("pad", "bos", "eos", "unk"):
             token = config.get(f"{role}_token")
@@ -98,9 +122,105 @@ class TinyTokenizer:
         return self(text)["input_ids"] if tokenize else text
 
     def save_pretrained(self, path: str | Path) -> None:
-        for name in TOKENIZER_FILES:
-            shutil.copy2(self.path / name, Path(path) / name)
+        for name, content in self.files.items():
+            (Path(path) / name).write_bytes(content)
 
+
+# ---- the network's math, once ---------------------------------------------------------------------
+
+class Dims:
+    """What the block's functions read from a Llama config (TinyLlama's or transformers' `LlamaConfig`)."""
+
+    def __init__(self, config):
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = config.rms_norm_eps
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        # the default rotary embedding's inverse frequencies (head_dim / 2,), as transformers computes them
+        rope = getattr(config, "rope_parameters", None) or {}
+        theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
+
+
+def rms_norm(x, weight, eps: float):
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary_tables(dims: Dims, positions):
+    """cos, sin (N, 1, L, d) at integer positions (N, L)."""
+    freqs = positions[..., None].float() * dims.inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[:, None], emb.sin()[:, None]
+
+
+def left_padded_positions(attention):
+    """transformers' positions for left-padded rows (N, L): real tokens count from 0, pads sit at 1."""
+    return (attention.long().cumsum(-1) - 1).masked_fill(attention == 0, 1)
+
+
+def attention_inputs(layer, dims: Dims, hidden, cos, sin):
+    """Queries (N, heads, L, d), keys and values (N, kv heads, L, d) of one layer for hidden (N, L, H):
+    the input norm, the projections, the rotation of queries and keys."""
+    rows, length, _ = hidden.shape
+    attn = layer.self_attn
+    x = rms_norm(hidden, layer.input_layernorm.weight, dims.eps)
+    q = attn.q_proj(x).view(rows, length, dims.heads, dims.head_dim).transpose(1, 2)
+    k = attn.k_proj(x).view(rows, length, dims.kv_heads, dims.head_dim).transpose(1, 2)
+    v = attn.v_proj(x).view(rows, length, dims.kv_heads, dims.head_dim).transpose(1, 2)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+
+def attention_output(layer, dims: Dims, q, keys, values, allowed):
+    """The attention block's output (N, L, H), to be added to the residual: queries (N, heads, L, d) over
+    keys and values (N, kv heads, K, d), each key/value head shared by heads / kv heads query heads;
+    allowed (N, 1, L, K) bool."""
+    import torch.nn.functional as F
+
+    share = dims.heads // dims.kv_heads
+    if share > 1:
+        keys, values = keys.repeat_interleave(share, dim=1), values.repeat_interleave(share, dim=1)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=dims.scale)
+    return layer.self_attn.o_proj(out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1))
+
+
+def mlp_residual(layer, dims: Dims, hidden):
+    """hidden (N, L, H) + the layer's SiLU-gated MLP of its post-attention norm."""
+    import torch.nn.functional as F
+
+    x = rms_norm(hidden, layer.post_attention_layernorm.weight, dims.eps)
+    mlp = layer.mlp
+    return hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+
+def head_logits(model, dims: Dims, hidden):
+    """Logits (..., V) of final hidden states (..., H): the final norm, then the head."""
+    return model.lm_head(rms_norm(hidden, model.model.norm.weight, dims.eps))
+
+
+def causal_forward(model, input_ids, attention=None):
+    """Logits (N, L, V) of left-padded rows (N, L) with attention (N, L) (1 = real token; None = all real),
+    as transformers' forward computes them; a pad row attends to itself only (its logits are never read)."""
+    dims = Dims(model.config)
+    rows, length = input_ids.shape
+    attention = torch.ones_like(input_ids) if attention is None else attention
+    cos, sin = rotary_tables(dims, left_padded_positions(attention))
+    causal = torch.ones((length, length), dtype=torch.bool).tril()
+    allowed = (causal[None, None] & attention.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool)[None, None]
+    hidden = model.model.embed_tokens(input_ids)
+    for layer in model.model.layers:
+        q, k, v = attention_inputs(layer, dims, hidden, cos, sin)
+        hidden = mlp_residual(layer, dims, hidden + attention_output(layer, dims, q, k, v, allowed))
+    return head_logits(model, dims, hidden)
+
+
+# ---- the modules: transformers' parameter names ---------------------------------------------------
 
 class RMSNorm(nn.Module):
     def __init__(self, size: int):
@@ -144,7 +264,8 @@ class Body(nn.Module):
 
 class TinyLlama(nn.Module):
     """A `LlamaForCausalLM`'s parameters under transformers' names (`model.layers.0.self_attn.q_proj.weight`,
-    ...); its computations are `vpo.llama_sampler` (sampling) and `vpo.local.group_forward` (training)."""
+    ...); `forward` is `causal_forward`, sampling `vpo.llama_sampler` and training `vpo.local.group_forward`,
+    all with the block above."""
 
     def __init__(self, config: dict, generation_config: dict | None = None):
         super().__init__()
@@ -158,6 +279,10 @@ class TinyLlama(nn.Module):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         if config.get("tie_word_embeddings", True):
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids, attention_mask=None):
+        """Logits (N, L, V) of left-padded input_ids (N, L)."""
+        return causal_forward(self, input_ids, attention_mask)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "TinyLlama":

@@ -11,29 +11,17 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 from vpo.atomic import atomic_dir
-from vpo.tiny_llama import CHAT_TEMPLATE  # rendered by `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`
+# CHAT_TEMPLATE is rendered by `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`
+from vpo.tiny_llama import CHAT_TEMPLATE, TinyModelSettings
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
 # XML-like tags (`<answer>`, `</route_2>`) stay whole tokens instead of splitting on `<`, `/`, `>`.
 TAG_PATTERN = re.compile(r"</?[A-Za-z_]+(?:_\d+)?>")
 CUT_PATTERN = re.compile(r"(?:</?[A-Za-z_]+(?:_\d+)?>|\d+)")
-
-
-@dataclass(frozen=True)
-class TinyModelSettings:
-    """Architecture of the tiny Llama-family policy (sizes from config.yaml's local_trainer block)."""
-
-    hidden_size: int = 128  # model width
-    num_layers: int = 2  # transformer blocks
-    num_heads: int = 2  # attention heads (head dim = hidden_size / num_heads; vLLM on CPU needs >= 32)
-    intermediate_size: int = 256  # MLP width
-    max_positions: int = 1024  # longest prompt + response the model can see
-    min_token_count: int = 1  # words seen fewer times in the corpus map to <unk>
 
 
 def frequent_phrases(prompts: Sequence[str], response_words: set[str], *, min_share: float = 0.2,
