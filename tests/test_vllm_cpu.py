@@ -81,8 +81,9 @@ def test_greedy_decoding_gives_the_tokens_the_plain_torch_sampler_and_transforme
     eos = tok.eos_token_id
     ids = [o["prompt_token_ids"] for o in engine.token_prompts(conversations)]
     expected = sample_responses(backend.model, tok, ids, 1, GREEDY)  # each ends at (and keeps) its EOS
-    monkeypatch.setattr(llama_sampler, "supports", lambda model: False)  # transformers' own model and `generate`
-    assert sample_responses(LlamaForCausalLM.from_pretrained(trained_base), tok, ids, 1, GREEDY) == expected
+    with monkeypatch.context() as patch:  # transformers' own model and `generate`
+        patch.setattr(llama_sampler, "supports", lambda model: False)
+        assert sample_responses(LlamaForCausalLM.from_pretrained(trained_base), tok, ids, 1, GREEDY) == expected
     _, got = vllm_tokens(engine, conversations, 1, GREEDY)
     got = [tokens[0] for tokens in got]
     assert got == expected
