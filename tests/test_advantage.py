@@ -380,10 +380,12 @@ def test_draw_spread_is_zero_when_weights_cannot_matter():
 
 def test_draw_spread_shrinks_like_one_over_root_w_and_sobol_is_smaller():
     subs, gid = _batch()
-    spread = {(s, w): vpo_advantage(subs, gid, n_weights=w, sampler=s, rng=1)[1]["vpo/advantage_draw_std"]
+    spread = {(s, w): np.mean([vpo_advantage(subs, gid, n_weights=w, sampler=s, rng=r)[1]["vpo/advantage_draw_std"]
+                               for r in range(5)])
               for s in ("naive", "sobol") for w in (25, 400)}
-    # i.i.d. Monte Carlo: 16x the weights, about a quarter of the spread (between a sixth and a half)
-    assert spread["naive", 400] / 6 < spread["naive", 25] / 4 < spread["naive", 400] * 2
+    # i.i.d. Monte Carlo: 16x the weights, a quarter of the spread (ratio 4; over 30 seeds one seed's ratio
+    # was 3.3 to 4.7). An unchanged spread gives 1, a spread like 1/W 16, like W^-1/4 2.
+    assert 3.2 < spread["naive", 25] / spread["naive", 400] < 4.8
     assert spread["sobol", 25] < spread["naive", 25] and spread["sobol", 400] < spread["naive", 400]
 
 

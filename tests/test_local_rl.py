@@ -27,7 +27,8 @@ def test_ppo_clip_loss_hand_values():
 
 def test_ppo_loss_sequence_advantage_broadcasts_and_gradient_sign():
     logp = torch.zeros(2, 3, requires_grad=True)
-    loss, _, _ = ppo_clip_loss(logp, torch.zeros(2, 3), torch.tensor([2.0, -1.0]), torch.ones(2, 3))
+    loss, _, _ = ppo_clip_loss(logp, torch.zeros(2, 3), torch.tensor([2.0, -1.0]), torch.ones(2, 3), clip_ratio=0.2,
+                               clip_ratio_c=3.0)
     loss.backward()
     # At ratio 1, d loss / d logp = -A / (#tokens): positive advantage -> push log-prob up.
     assert torch.allclose(logp.grad, torch.tensor([[-2.0] * 3, [1.0] * 3]) / 6)

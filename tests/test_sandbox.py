@@ -179,7 +179,7 @@ def test_recursion_bomb_and_segfault_are_errors(isolation):
     assert crashed.status == "error" and crashed.signal == 11
 
 
-@pytest.mark.parametrize("isolation", ["auto", "none"])
+@pytest.mark.parametrize("isolation", ["auto", "uid", "none"])
 def test_detached_grandchild_dies_with_the_run(isolation):
     code = ("import os, time\n"
             "if os.fork() == 0:\n"
@@ -197,7 +197,28 @@ def test_detached_grandchild_dies_when_the_run_times_out():
             f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
             "time.sleep(100)")
     assert run(code).status == "timeout"
+    assert run(code, "uid").status == "timeout"
     assert run(code, "none").status == "timeout"
+
+
+LONG_SLEEP = ("import os, time\n"
+              "if os.fork() == 0:\n    os.setsid()\n"
+              f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+              "time.sleep(40)\nprint('woke')")
+
+
+@pytest.mark.slow
+def test_a_program_longer_than_the_helpers_back_off_runs_to_its_end():
+    """40 s under a 50 s timeout: ok (the helper's wait once overflowed after about 35 s and the run
+    came back `killed`); the detached grandchild is gone when the run returns."""
+    result = run(LONG_SLEEP, "auto", 50.0)
+    assert (result.status, result.stdout.strip()) == ("ok", "woke") and result.wall_s >= 40
+
+
+@pytest.mark.slow
+def test_a_long_program_is_killed_at_its_timeout_without_namespaces():
+    result = run(LONG_SLEEP, "uid", 38.0)
+    assert result.status == "timeout" and 37.5 <= result.wall_s <= 39.0, (result.status, result.wall_s)
 
 
 def test_the_machine_allows_full_isolation_here():
@@ -273,16 +294,25 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_program_sees_the_interpreter_and_nothing_of_the_checkout_results_or_home(tmp_path):
-    secrets = [REPO / "config.yaml", REPO / "tests" / "fixtures" / "lcb_ci" / "test.jsonl", tmp_path / "results.parquet",
-               Path.home() / ".vpo-secret"]
+    home_secret = Path.home() / f".vpo-sandbox-test-{os.getpid()}"
+    # the caller's home by its path (`~` in the program is the program's own); the home directory itself may
+    # be there when the interpreter lives under it, holding the interpreter's files only
+    secrets = [REPO / "config.yaml", REPO / "tests" / "fixtures" / "lcb" / "test.jsonl", tmp_path / "results.parquet",
+               home_secret]
     secrets[2].write_text("hidden tests")
-    code = ("import os, json\n"
-            f"for path in {[str(p) for p in secrets]!r} + [os.path.expanduser('~')]:\n"
-            "    try:\n        print('read', path, open(path).read(20) if os.path.isfile(path) else os.listdir(path))\n"
-            "    except OSError as e:\n        print('refused', path, e.errno)\n"
-            "print(json.dumps(sorted(os.listdir('/'))))")
-    result = run(code)
+    home_secret.write_text("a token")
+    try:
+        assert all(path.exists() for path in secrets)  # each probe is a real file or directory
+        code = ("import os, json\n"
+                f"for path in {[str(p) for p in secrets]!r}:\n"
+                "    try:\n        print('read', path, open(path).read(20) if os.path.isfile(path) else os.listdir(path))\n"
+                "    except OSError as e:\n        print('refused', path, e.errno)\n"
+                "print(json.dumps(sorted(os.listdir('/'))))")
+        result = run(code)
+    finally:
+        home_secret.unlink()
     assert result.status == "ok", result.stderr
+    assert result.stdout.count("refused") == len(secrets), result.stdout
     assert "read" not in result.stdout.split(), result.stdout  # the json module imported: the runtime is there
     if result.isolation.startswith("namespaces"):
         top = json.loads(result.stdout.splitlines()[-1])

@@ -322,7 +322,8 @@ def wait_capped(child, over):
     """Wait for the program, killing all its processes as soon as `over()` says its memory went over
     the cap (the kernel's OOM killer of a v1 cgroup takes one process only); returns (wait status,
     whether it did)."""
-    for tick in range(1 << 62):
+    delay = 0.0005  # short programs are seen to end at once; the wait backs off to WATCH_S
+    while True:
         pid, status = os.waitpid(child, os.WNOHANG)
         if pid:
             return status, False
@@ -333,7 +334,8 @@ def wait_capped(child, over):
                 except ProcessLookupError:  # gone with its namespace's init
                     pass
             return os.waitpid(child, 0)[1], True
-        time.sleep(min(WATCH_S, 0.0005 * 1.5 ** tick))  # short programs are seen to end at once
+        time.sleep(delay)
+        delay = min(WATCH_S, delay * 1.5)  # capped before it grows: 1.5 ** n overflows a float at n = 1751
 
 
 def main():

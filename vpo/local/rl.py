@@ -12,7 +12,7 @@ def masked_mean(values, mask):
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def ppo_clip_loss(logp, old_logp, advantages, mask, *, clip_ratio: float = 0.2, clip_ratio_c: float = 3.0):
+def ppo_clip_loss(logp, old_logp, advantages, mask, *, clip_ratio: float, clip_ratio_c: float):
     """Dual-clip PPO policy loss, token-mean. logp/old_logp/mask (B, R); advantages (B,) or (B, R).
 
     Returns (loss scalar, clip fraction scalar, approx KL to the old policy scalar).
