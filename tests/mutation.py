@@ -1,0 +1,122 @@
+"""Mutation testing of the engine core: `make mutation` (or `python tests/mutation.py [module ...]`).
+
+For each module below, mutmut (3.8.1, the dev extra) changes the module's code one small edit at a time
+(an operator, a constant, a default, a removed call) and runs the module's own tests against each
+mutant; a mutant those tests do not fail "survives". Each module runs in a scratch copy of the tracked
+files with its own mutmut settings (mutmut reads them from pyproject.toml), so the checkout is never
+touched. Prints one line per module: mutants, killed (a test failed or timed out), survived, no test
+reached it, marked equivalent (`# pragma: no mutate`, skipped by mutmut), and the score: killed over
+killed + survived + untested. `--list` prints the surviving mutants' names; `mutmut show <name>`, run in
+the scratch copy it prints, shows one.
+
+docs/testing.md has the table and how to read a survivor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MUTMUT = Path(sys.executable).parent / "mutmut"
+
+# module -> the tests that hold it (its own test files, kept short: every mutant reruns them)
+MODULES = {
+    "vpo/vpo_scores.py": ["tests/test_advantage.py"],
+    "vpo/advantage.py": ["tests/test_advantage.py"],
+    "vpo/weights.py": ["tests/test_weights.py"],
+    "vpo/metrics.py": ["tests/test_metrics.py"],
+    "vpo/rollouts.py": ["tests/test_advantage.py", "tests/test_metrics.py", "tests/test_reward.py"],
+    "vpo/reward.py": ["tests/test_reward.py"],
+    "vpo/local/rl.py": ["tests/test_local_rl.py"],
+    "vpo/evaluate.py": ["tests/test_eval_candidates.py"],
+    "vpo_tasks/maze.py": ["tests/test_maze.py"],
+    "vpo_tasks/musique.py": ["tests/test_musique.py"],
+    "vpo_tasks/eureqa.py": ["tests/test_eureqa.py"],
+    "vpo_tasks/tool.py": ["tests/test_tool.py"],
+    "vpo_tasks/lcb_grading.py": ["tests/test_lcb.py"],
+}
+# mutmut's exit codes per mutant, grouped as the table counts them (mutmut/stats.py)
+KILLED = {1, 3, 36, 24, -24, 152, 255, -11, -9}
+SURVIVED, UNTESTED, SKIPPED = {0}, {5, 33}, {34}
+# what the tests read besides the package under mutation
+ALSO_COPY = ["config.yaml", "vpo", "vpo_tasks", "verl", "docs", "workflow", "rules", "locks", "envs", "profiles"]
+
+
+def scratch_copy(module: str, tests: list[str]) -> Path:
+    """A copy of the tracked files with mutmut's settings for `module` appended to pyproject.toml."""
+    root = Path(tempfile.mkdtemp(prefix="vpo-mutation-"))
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    settings = {
+        "source_paths": [module.split("/")[0]],
+        "only_mutate": [module],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-q", "-p", "no:xdist", "-p", "no:cacheprovider"],
+        # torch is not fork-safe once its thread pool has started: fork from a clean server process
+        "process_isolation": "forkserver",
+        "also_copy": [name for name in ALSO_COPY if not module.startswith(name + "/")],
+    }
+    with open(root / "pyproject.toml", "a") as fh:
+        fh.write("\n[tool.mutmut]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items()))
+    return root
+
+
+def run_module(module: str, tests: list[str], workers: int, keep: bool) -> dict:
+    root = scratch_copy(module, tests)
+    start = time.monotonic()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([str(MUTMUT), "run", "--max-children", str(workers)], cwd=root, env=env,
+                          capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    meta = root / "mutants" / (module + ".meta")
+    if done.returncode != 0 or not meta.is_file():
+        raise SystemExit(f"mutmut failed on {module} (in {root}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    counts = {"killed": 0, "survived": 0, "untested": 0, "equivalent": 0, "other": 0}
+    counts.update(Counter(("killed" if c in KILLED else "survived" if c in SURVIVED else "untested" if c in UNTESTED
+                           else "equivalent" if c in SKIPPED else "other") for c in codes.values()))
+    judged = counts["killed"] + counts["survived"] + counts["untested"]
+    result = {"module": module, "mutants": len(codes), **counts, "seconds": round(seconds),
+              "score": counts["killed"] / judged if judged else 1.0,
+              "survivors": sorted(k for k, c in codes.items() if c in SURVIVED | UNTESTED), "scratch": str(root)}
+    if not keep:
+        shutil.rmtree(root)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="modules to mutate (default: every one of MODULES)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
+    parser.add_argument("--list", action="store_true", help="print the surviving mutants and keep the copies")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"not in tests/mutation.py's MODULES: {unknown}; choose from {sorted(MODULES)}")
+    print(f"{'module':28} {'mutants':>7} {'killed':>6} {'survived':>8} {'untested':>8} {'equiv.':>6} "
+          f"{'score':>6} {'s':>5}", flush=True)
+    for module in args.modules or MODULES:
+        r = run_module(module, MODULES[module], args.workers, keep=args.list)
+        print(f"{module:28} {r['mutants']:7} {r['killed']:6} {r['survived']:8} {r['untested']:8} "
+              f"{r['equivalent']:6} {r['score']:6.1%} {r['seconds']:5}", flush=True)
+        if args.list:
+            print(f"  scratch copy: {r['scratch']}")
+            for name in r["survivors"]:
+                print(f"  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
