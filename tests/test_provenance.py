@@ -91,6 +91,15 @@ def test_summarize_names_each_field_the_results_disagree_on():
     one, two = {**base, "threads": {"torch": 1, "cpus": 2}}, {**base, "threads": {"torch": 2, "cpus": 2}}
     assert set(provenance.summarize({"a": one, "b": two})) == {"threads"}
     assert provenance.summarize({"a": one, "b": {**base, "threads": {"cpus": 8}}}) == {}
+    # engine: what sampled an evaluation's pool; records without one (training, the aggregate) do not count
+    llama, vllm = {**base, "engine": "vpo.llama_sampler"}, {**base, "engine": "vllm"}
+    assert set(provenance.summarize({"a": llama, "b": vllm, "c": base})) == {"engine"}
+    assert provenance.summarize({"a": llama, "b": llama, "c": base}) == {}
+
+
+def test_a_commit_is_shortened_and_no_other_value_is():
+    assert provenance.describe("0123456789abcdef0123456789abcdef01234567") == "0123456789ab"
+    assert provenance.describe("a sentence of exactly forty characters..") == "a sentence of exactly forty characters.."
 
 
 def test_a_lock_is_matched_to_the_environment(tmp_path, monkeypatch):

@@ -153,7 +153,8 @@ def describe(value) -> str:
         return ", ".join(f"{k} {describe(v)}" for k, v in sorted(value.items()) if k != "differs")
     if isinstance(value, list):
         return "/".join(map(str, value)) or "none"
-    return str(value)[:12] if isinstance(value, str) and len(value) == 40 else str(value)
+    is_commit = isinstance(value, str) and len(value) == 40 and all(c in "0123456789abcdef" for c in value)
+    return value[:12] if is_commit else str(value)
 
 
 def differences(recorded: dict, here: dict) -> list[str]:

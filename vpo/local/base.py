@@ -134,13 +134,13 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
             group["lr"] = lr
         batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, mode, m, seed))
                  for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
-        demos = StepBatch([b[0] for b in batch], [b[1] for b in batch], 1, tokenizer.pad_token_id)
-        width = demos.prompts.shape[1] + demos.responses.shape[1]
+        examples = StepBatch([b[0] for b in batch], [b[1] for b in batch], 1, tokenizer.pad_token_id)
+        width = examples.prompts.shape[1] + examples.responses.shape[1]
         if width > cfg.max_positions:
             raise ValueError(f"a demonstration needs {width} positions > local_trainer.max_positions "
                              f"({cfg.max_positions}); raise max_positions")
-        logp, _ = demos.logprobs(model)
-        mask = demos.mask[:, :logp.shape[1]]
+        logp, _ = examples.logprobs(model)
+        mask = examples.mask[:, :logp.shape[1]]
         loss = -(logp * mask).sum() / mask.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -45,10 +45,6 @@ def method_style(method: str) -> dict:
     return {"color": color, "ls": linestyle, "marker": marker}
 
 
-def method_color(method: str) -> str:
-    return method_style(method)["color"]
-
-
 FONT_PT = 9  # every text in a figure
 TEXT_WIDTH_IN = 6.75  # a paper's text width: figures are at most FONT_PT / MIN_FONT_PT times wider
 MIN_FONT_PT = 7  # the smallest text once a figure is scaled to the text width
