@@ -35,7 +35,7 @@ steps.forEach((step, i) => setTimeout(() => {
   if (target) target.click(); else document.title = 'missing: ' + step;
 }, 700 * (i + 1)));
 """
-VPO_BLUE = np.array([0x00, 0x72, 0xB2]) / 255  # vpo.report.kit.method_color("vpo")
+VPO_BLUE = np.array([0x00, 0x72, 0xB2]) / 255  # vpo.report.kit.method_style("vpo")["color"]
 
 
 def browser() -> str:
