@@ -364,7 +364,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--hardest", required=True, help="hardest.json from `vpo evolve select`")
     search.add_argument("--out", required=True, help="the cell's evolve directory")
     search.add_argument("--backend", choices=("torch", "vllm"), default=None,
-                        help="model server (default: vLLM for veRL on GPUs, else transformers)")
+                        help="model server (default: vLLM for veRL on GPUs, else torch)")
     for p in (select, search):
         p.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
         p.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")

@@ -272,8 +272,8 @@ class TinyLlama(nn.Module):
         self.config_dict = dict(config)
         self.generation_config_dict = dict(generation_config or {})
         c = SimpleNamespace(**config)
-        c.head_dim = config.get("head_dim") or c.hidden_size // c.num_attention_heads
-        c.num_key_value_heads = config.get("num_key_value_heads") or c.num_attention_heads
+        dims = Dims(c)  # the sizes the block computes with, so the modules are built to match them
+        c.head_dim, c.num_key_value_heads = dims.head_dim, dims.kv_heads
         self.config = c
         self.model = Body(c)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
