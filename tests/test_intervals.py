@@ -1,5 +1,5 @@
-"""Pool quality (hypervolume, non-dominated set) and the bootstrap intervals over seeds x problems,
-against hand-computed cases and a direct re-computation of the resampling."""
+"""Pool quality per problem (hypervolume, non-dominated set) and the bootstrap intervals over seeds x
+problems, against hand-computed cases and a direct re-computation of the resampling."""
 
 import json
 
@@ -7,40 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vpo.metrics import hypervolume, nondominated_distinct
 from vpo.report import intervals as iv
 from vpo.report.aggregate import aggregate_problems, problem_scores
-
-
-# ---- pool quality --------------------------------------------------------------------------------
-def test_hypervolume_of_a_small_front_by_hand():
-    # boxes [0,0.5]x[0,0.5] (0.25) and [0,1]x[0,0.2] (0.2) overlap in [0,0.5]x[0,0.2] (0.1): 0.35;
-    # a duplicate and a dominated point add nothing
-    assert hypervolume([[0.5, 0.5], [1.0, 0.2], [0.5, 0.5], [0.2, 0.2]]) == pytest.approx(0.35)
-    # 3-d: 1*1*0.5 + 0.5*0.5*1 - overlap 0.5*0.5*0.5
-    assert hypervolume([[1, 1, 0.5], [0.5, 0.5, 1]]) == pytest.approx(0.625)
-    # a zero coordinate spans no volume; an empty pool has none
-    assert hypervolume([[0.0, 1.0], [0.4, 0.5]]) == pytest.approx(0.2)
-    assert hypervolume(np.zeros((0, 3))) == 0.0
-
-
-def test_a_reference_below_zero_counts_vectors_with_a_zero_objective():
-    # maze-like trade-off: gold or diamond, never both. Against 0 nothing; against -0.1 the two boxes
-    # [-0.1, 1] x [-0.1, 0] and [-0.1, 0] x [-0.1, 1] (0.11 each) share [-0.1, 0]^2 (0.01)
-    assert hypervolume([[1, 0], [0, 1]]) == 0.0
-    assert hypervolume([[1, 0], [0, 1]], reference=-0.1) == pytest.approx(0.21)
-
-
-def test_hypervolume_of_pass_fail_objectives_is_whether_one_candidate_passes_all():
-    fails = np.ones((5, 16))
-    fails[np.arange(5), np.arange(5)] = 0  # each candidate fails one test
-    assert hypervolume(fails) == 0.0
-    assert hypervolume(np.vstack([fails, np.ones(16)])) == 1.0
-
-
-def test_nondominated_distinct_counts_each_vector_once():
-    front = nondominated_distinct([[1, 0], [1, 0], [0, 1], [0.5, 0.5], [0.2, 0.2], [0, 1]])
-    assert sorted(map(tuple, front.tolist())) == [(0, 1), (0.5, 0.5), (1, 0)]
 
 
 def test_problem_scores_of_a_two_problem_frame():

@@ -13,13 +13,12 @@ from hypothesis import strategies as st
 from vpo.metrics import (
     best_at_k,
     best_at_k_curve,
-    best_at_k_permutation,
     best_at_k_permutation_curve,
     diversity,
     expected_best_of_m,
-    expected_best_of_m_per_chain,
     group_pool_diversity,
-    pareto_fraction,
+    hypervolume,
+    nondominated_distinct,
     pass_at_k,
     pass_at_k_curve,
 )
@@ -39,6 +38,7 @@ def test_pass_at_k_edges():
     assert pass_at_k(10, 10, 1) == 1.0
     assert pass_at_k(5, 1, 1) == pytest.approx(0.2)
     assert pass_at_k(4, 1, 9) == 1.0  # k > n: the whole pool
+    assert pass_at_k(4, 1, 5) == 1.0
     assert pass_at_k(4, 0, 9) == 0.0
     assert pass_at_k(0, 0, 1) == 0.0  # empty pool
     assert pass_at_k_curve(4, 2, 3) == pytest.approx([0.5, 1 - 1 / 6, 1.0])
@@ -58,6 +58,12 @@ def enumerate_best_at_k(scores, k):
 def test_best_at_k_equals_subset_enumeration(scores, data):
     k = data.draw(st.integers(1, len(scores)))
     assert best_at_k(scores, k) == pytest.approx(enumerate_best_at_k(scores, k), abs=1e-9)
+
+
+def test_best_at_k_reads_a_column_of_scores():
+    # scores as a one-column frame hands them over, (n, 1): the pool is the column
+    assert best_at_k([[0.1], [0.9], [0.5]], 2) == pytest.approx(best_at_k([0.1, 0.9, 0.5], 2))
+    assert best_at_k_curve([[0.1], [0.9], [0.5]], 3)[-1] == 0.9
 
 
 def test_best_at_k_hand_numbers_and_edges():
@@ -86,10 +92,9 @@ def test_best_at_k_permutation():
     perm = np.random.default_rng(0).permutation(4)
     running = np.maximum.accumulate(np.array(scores)[perm])
     assert curve == pytest.approx(list(running) + [0.9, 0.9])
-    assert best_at_k_permutation(scores, 2, rng=0) == pytest.approx(running[1])
-    assert best_at_k_permutation([], 3) == 0.0
+    assert best_at_k_permutation_curve([], 3) == [0.0, 0.0, 0.0]
     # averaged over many permutations it converges to the exact estimator
-    mean = np.mean([best_at_k_permutation(scores, 2, rng=s) for s in range(4000)])
+    mean = np.mean([best_at_k_permutation_curve(scores, 2, rng=s)[1] for s in range(4000)])
     assert mean == pytest.approx(best_at_k(scores, 2), abs=0.01)
 
 
@@ -100,8 +105,6 @@ def test_expected_best_of_m_hand_numbers():
     assert expected_best_of_m(pool, w) == pytest.approx(2.5 / 3)
     assert expected_best_of_m([0.2, 0.6], w) == pytest.approx((0.2 + 0.4 + 0.6) / 3)  # pool of one
     assert expected_best_of_m([], w) == 0.0
-    chains = [pool[:2], [pool[2]]]
-    np.testing.assert_allclose(expected_best_of_m_per_chain(chains, w), [2.5 / 3, 0.4])
     with pytest.raises(ValueError, match=r"\(W, 2\)"):
         expected_best_of_m(pool, [[1.0, 0.0, 0.0]])
 
@@ -122,13 +125,6 @@ def test_diversity_hand_numbers():
     assert diversity([]) == 0.0
 
 
-def test_pareto_fraction():
-    # (1,0) and (0,1) are incomparable; (0.4,0.4) is not dominated by either; (0.2,0.2) is.
-    assert pareto_fraction([[1, 0], [0, 1], [0.4, 0.4], [0.2, 0.2]]) == pytest.approx(0.75)
-    assert pareto_fraction([[0.5, 0.5], [0.5, 0.5]]) == 1.0  # equal vectors do not dominate
-    assert pareto_fraction([[0.5, 0.5], [0.5, 0.6]]) == 0.5
-    assert pareto_fraction([]) == 0.0
-
 
 def test_group_pool_diversity():
     subs = [[[1, 0]], [[0, 1], [1, 0]], None, [[0.5, 0.5, 0.5]], "[[0.5, 0.5, 0.5]]"]
@@ -136,3 +132,83 @@ def test_group_pool_diversity():
     # group a pool: (1,0), (0,1), (1,0): distances 2, 0, 2 -> 4/3; group b: identical -> 0
     assert group_pool_diversity(subs, ids) == pytest.approx((4 / 3 + 0) / 2)
     assert group_pool_diversity([], []) == 0.0
+    # a group whose answers all failed to parse has no pool: diversity 0
+    assert group_pool_diversity([None, "", [[1, 0], [0, 1]]], ["a", "a", "b"]) == pytest.approx((0 + 2) / 2)
+
+
+def test_hypervolume_of_a_small_front_by_hand():
+    # boxes [0,0.5]x[0,0.5] (0.25) and [0,1]x[0,0.2] (0.2) overlap in [0,0.5]x[0,0.2] (0.1): 0.35;
+    # a duplicate and a dominated point add nothing
+    assert hypervolume([[0.5, 0.5], [1.0, 0.2], [0.5, 0.5], [0.2, 0.2]]) == pytest.approx(0.35)
+    # 3-d: 1*1*0.5 + 0.5*0.5*1 - overlap 0.5*0.5*0.5
+    assert hypervolume([[1, 1, 0.5], [0.5, 0.5, 1]]) == pytest.approx(0.625)
+    # a zero coordinate spans no volume; an empty pool has none
+    assert hypervolume([[0.0, 1.0], [0.4, 0.5]]) == pytest.approx(0.2)
+    assert hypervolume(np.zeros((0, 3))) == 0.0
+
+
+def test_a_reference_below_zero_counts_vectors_with_a_zero_objective():
+    # maze-like trade-off: gold or diamond, never both. Against 0 nothing; against -0.1 the two boxes
+    # [-0.1, 1] x [-0.1, 0] and [-0.1, 0] x [-0.1, 1] (0.11 each) share [-0.1, 0]^2 (0.01)
+    assert hypervolume([[1, 0], [0, 1]]) == 0.0
+    assert hypervolume([[1, 0], [0, 1]], reference=-0.1) == pytest.approx(0.21)
+
+
+def test_hypervolume_of_pass_fail_objectives_is_whether_one_candidate_passes_all():
+    fails = np.ones((5, 16))
+    fails[np.arange(5), np.arange(5)] = 0  # each candidate fails one test
+    assert hypervolume(fails) == 0.0
+    assert hypervolume(np.vstack([fails, np.ones(16)])) == 1.0
+
+
+def test_nondominated_distinct_counts_each_vector_once():
+    front = nondominated_distinct([[1, 0], [1, 0], [0, 1], [0.5, 0.5], [0.2, 0.2], [0, 1]])
+    assert sorted(map(tuple, front.tolist())) == [(0, 1), (0.5, 0.5), (1, 0)]
+
+
+def test_nondominated_distinct_order_shapes_and_errors():
+    front = nondominated_distinct([[0, 1], [1, 0], [0.5, 0.5], [0.5, 0.4], [1, 0]])
+    np.testing.assert_array_equal(front, [[0, 1], [0.5, 0.5], [1, 0]])  # lexicographic rows
+    assert nondominated_distinct(np.zeros((0, 3))).shape == (0, 3)
+    assert nondominated_distinct([[1, 0], [0, 1]]).dtype == np.float64  # integer rewards come back as floats
+    np.testing.assert_array_equal(nondominated_distinct([[0.3, 0.3], [0.3, 0.3]]), [[0.3, 0.3]])
+    with pytest.raises(ValueError, match=r"must be \(n, k\), got shape \(3,\)"):
+        nondominated_distinct([0.1, 0.2, 0.3])
+
+
+def test_hypervolume_in_many_dimensions():
+    # 9 objectives: above the exact limit a front of several continuous vectors is approximated, one box
+    # and pass/fail vectors (only the all-ones vector spans volume) stay exact
+    assert hypervolume([np.full(9, 0.5), np.full(9, 0.25)]) == pytest.approx(0.5**9, rel=1e-12)
+    eight = np.array([np.r_[1.0, np.full(7, 0.5)], np.r_[0.5, 1.0, np.full(6, 0.5)]])  # 8: exact
+    assert hypervolume(eight) == pytest.approx(2 * 0.5**7 - 0.5**8, rel=1e-12)
+    two = np.array([np.r_[1.0, np.full(8, 0.5)], np.r_[0.5, 1.0, np.full(7, 0.5)]])
+    assert hypervolume(two) == pytest.approx(2 * 0.5**8 - 0.5**9, rel=0.05)
+    binary = np.ones((1, 9))
+    assert hypervolume(binary) == 1.0
+    assert hypervolume(np.vstack([binary, np.zeros((1, 9))]), reference=0.0) == 1.0
+    # a reference below 0 with pass/fail vectors: one box [-0.5, 1]^2 = 2.25 exactly
+    assert hypervolume([[1.0, 1.0], [0.0, 1.0]], reference=-0.5) == pytest.approx(2.25)
+
+
+def test_bad_inputs_name_the_problem():
+    for bad in (0, 1.5, -2):
+        with pytest.raises(ValueError, match=f"k \\(number of candidates\\) must be a positive integer, got {bad}"):
+            best_at_k([0.5], bad)
+    with pytest.raises(ValueError, match="^scores contain NaN or inf; score unparseable candidates as 0"):
+        best_at_k_curve([0.1, float("inf")], 2)
+    with pytest.raises(ValueError, match="^scores contain NaN or inf"):
+        best_at_k([0.1, None], 1)  # a missing score, as pandas hands it over
+    for n, c in ((2.5, 1), (3, 1.5), (-1, 0), (3, -1)):
+        with pytest.raises(ValueError, match=f"integers 0 <= c <= n, got n={n}, c={c}"):
+            pass_at_k(n, c, 1)
+    with pytest.raises(ValueError, match="positive integer"):
+        pass_at_k_curve(3, 1, 0)
+    with pytest.raises(ValueError, match=r"\(m, k\), got shape \(1, 2, 2\)"):
+        expected_best_of_m([[[0.1, 0.2], [0.3, 0.4]]], [[1.0, 0.0]])
+    with pytest.raises(ValueError, match=r"weights must be \(W, 2\) to match the pool's k, got \(2,\)"):
+        expected_best_of_m([[0.1, 0.2]], [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"diversity needs reward vectors \(n, k\), got shape \(3,\)"):
+        diversity([0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="sub_scores has 2 entries but group_ids has 1"):
+        group_pool_diversity([[[1, 0]], [[0, 1]]], ["a"])

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vpo.reward import compute_score
+from vpo.reward import compute_score, weighted_scalar
 from vpo.rollouts import as_matrix
+from vpo.task import TASKS, Task, register
 from vpo_tasks.maze import MAZE
 from vpo_tasks.maze_generator import generate_mazes
 
@@ -68,6 +69,57 @@ def test_rows_that_are_misconfigured_raise():
     assert compute_score("maze", A, GT, {"num_solutions": 3.0})["num_answers"] == 1.0
     with pytest.raises(ValueError, match="unknown task"):
         compute_score("not_a_task", A, GT, {})
+
+
+def test_row_errors_name_the_row_and_the_fix():
+    with pytest.raises(ValueError, match=r"^a row cannot be both multi-answer \(num_solutions > 1\) and weighted "
+                                         r"\(ground_truth\['weights'\]\); prepare the row for one method$"):
+        compute_score("maze", A, {**GT, "weights": [0.25] * 4}, {"num_solutions": 2})
+    with pytest.raises(ValueError, match=r"must be 4 finite floats for task 'maze'"):
+        compute_score("maze", A, {**GT, "weights": [0.5, None, 0.25, 0.25]}, {})  # a null from a parquet column
+    with pytest.raises(ValueError, match=r"^channels \(2,\) and weights \(1,\) must have the same length$"):
+        weighted_scalar([1.0, 0.0], [1.0])
+
+
+def test_weights_as_a_one_row_matrix_and_m_of_two():
+    goal = compute_score("maze", B, {**GT, "weights": [[0.1, 0.2, 0.3, 0.4]]}, {})  # a (1, k) array's list
+    assert goal["score"] == pytest.approx(0.5)
+    two = compute_score("maze", f"<route_1>{B}</route_1><route_2>{A}</route_2>", GT, {"num_solutions": 2})
+    assert two["score"] == pytest.approx(0.5625 + 0.75)  # Multi-RLVR's sum, not the first row's scalar
+    assert as_matrix(two["sub_scores"]).shape == (2, 4)
+
+
+class EchoTask(Task):
+    """Records the text the dispatcher hands to the task (k = 1: does it contain any text)."""
+
+    name = "echo_test"
+    data_source = "echo_source"
+    objectives = (("said", "Said something"),)
+    scalar_weights = (1.0,)
+    default_m = 2
+    single_format_line = "Say something."
+    seen: list = []
+
+    def split_answers(self, text, m):
+        return [text][:m]
+
+    def score_answer(self, answer, ground_truth):
+        EchoTask.seen.append(answer)
+        return [float(bool(answer))]
+
+    def multi_format(self, m):
+        return "Say something."
+
+
+def test_the_task_gets_text_none_is_empty():
+    task = register(EchoTask())
+    try:
+        for given, text in ((None, ""), ("hi", "hi"), (17, "17")):
+            EchoTask.seen.clear()
+            compute_score("echo_source", given, {}, {})
+            assert EchoTask.seen == [text]
+    finally:
+        del TASKS[task.name]
 
 
 def test_ground_truth_as_read_back_from_parquet():

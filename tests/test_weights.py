@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vpo.weights import canonical_sampler, sample_weight_sets, sample_weights
+from vpo.weights import canonical_sampler, draw_bucket_weights, draw_group_weights, sample_weight_sets, sample_weights
 
 
 @pytest.mark.parametrize("sampler", ["naive", "sobol"])
@@ -76,3 +76,87 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="positive integer"):
         sample_weights(3, 0)
     assert canonical_sampler("QMC") == "sobol"
+
+
+def test_defaults_are_dirichlet_one_drawn_iid():
+    np.testing.assert_array_equal(sample_weights(4, 50, rng=3), sample_weights(4, 50, alpha=1.0, sampler="naive", rng=3))
+    np.testing.assert_array_equal(sample_weight_sets(4, 2, 50, rng=3),
+                                  sample_weight_sets(4, 2, 50, alpha=1.0, sampler="naive", rng=3))
+    assert all(w.shape == (100, 3) for w in draw_group_weights([3, 3], rng=0))  # 100 weights per group
+
+
+@pytest.mark.parametrize("sampler", ["naive", "sobol"])
+def test_one_set_is_sample_weight_sets_with_one_set(sampler):
+    # the same weights, and the generator left where sample_weight_sets(k, 1, n) leaves it
+    g1, g2 = np.random.default_rng(4), np.random.default_rng(4)
+    np.testing.assert_array_equal(sample_weights(3, 20, sampler=sampler, rng=g1),
+                                  sample_weight_sets(3, 1, 20, sampler=sampler, rng=g2)[0])
+    assert g1.random() == g2.random()
+
+
+def test_sobol_in_one_dimension_is_a_net_with_its_own_jitter():
+    # k = 2, alpha = 1: w[..., 0] is the shifted Sobol coordinate itself; 64 points of a digitally shifted
+    # net in one dimension put exactly one point in each interval [i/64, (i+1)/64), in every set.
+    w = sample_weight_sets(2, 6, 64, sampler="sobol", rng=9)
+    for first in w[..., 0]:
+        np.testing.assert_array_equal(np.bincount((first * 64).astype(int), minlength=64), np.ones(64))
+    # inside the finest dyadic cell (2**-30) each point has its own uniform jitter
+    jitter = (w[..., 0] * 2**30) % 1.0
+    assert len(np.unique(jitter)) == jitter.size
+    assert 0.25 < jitter.std() < 0.33  # uniform on [0, 1): 0.289
+
+
+def test_each_call_scrambles_its_own_net():
+    # A digital shift XORs every point of a set with one number: two sets of one call come from one net, so
+    # their points XOR to a constant. Calls with other generator states scramble another net: no constant.
+    def cells(w):
+        return (w[..., 0] * 2**30).astype(np.int64)
+
+    one_call = cells(sample_weight_sets(2, 2, 16, sampler="sobol", rng=1))
+    assert len(np.unique(one_call[0] ^ one_call[1])) == 1
+    other = cells(sample_weight_sets(2, 1, 16, sampler="sobol", rng=2))
+    assert len(np.unique(one_call[0] ^ other[0])) > 1
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_sobol_with_a_tiny_alpha_gives_corners(k):
+    # Dir(0.001) puts almost all mass on one coordinate; the inverse Gamma CDF rounds whole rows to 0 here
+    w = sample_weight_sets(k, 4, 100, alpha=1e-3, sampler="sobol", rng=0)
+    assert np.all(np.isfinite(w)) and np.all(w >= 0)
+    np.testing.assert_allclose(w.sum(axis=-1), 1.0, atol=1e-12)
+    assert (w.max(axis=-1) > 0.999).mean() > 0.95
+    # every corner is taken about equally often
+    counts = np.bincount(w.argmax(axis=-1).ravel(), minlength=k)
+    assert counts.min() > 400 / k * 0.6
+
+
+def test_group_weights_follow_the_documented_draw_order():
+    # groups visited by ascending k, then by group order, one vectorised draw per distinct k; k < 1 gets None
+    got = draw_group_weights([2, 0, 3, 2, -1], 5, alpha=0.5, sampler="naive", rng=7)
+    rng = np.random.default_rng(7)
+    twos = sample_weight_sets(2, 2, 5, alpha=0.5, rng=rng)
+    threes = sample_weight_sets(3, 1, 5, alpha=0.5, rng=rng)
+    assert got[1] is None and got[4] is None
+    np.testing.assert_array_equal(got[0], twos[0])
+    np.testing.assert_array_equal(got[3], twos[1])
+    np.testing.assert_array_equal(got[2], threes[0])
+    buckets = draw_bucket_weights(np.array([2, 0, 3, 2, -1]), 5, alpha=0.5, sampler="naive", rng=7)
+    assert [(k, list(sel)) for k, sel, _ in buckets] == [(2, [0, 3]), (3, [2])]
+    np.testing.assert_array_equal(buckets[0][2], twos)
+    np.testing.assert_array_equal(buckets[1][2], threes)
+    assert draw_group_weights([0, 0], 5, rng=1) == [None, None]
+    np.testing.assert_array_equal(draw_group_weights([1, 0], 5, rng=1)[0], np.ones((5, 1)))  # one objective: w = 1
+    sobol = draw_group_weights([4], 8, sampler="sobol", rng=3)[0]
+    np.testing.assert_array_equal(sobol, sample_weight_sets(4, 1, 8, sampler="sobol", rng=3)[0])
+
+
+def test_counts_are_checked():
+    assert sample_weights(3, 1, rng=0).shape == (1, 3)  # one weight is allowed
+    with pytest.raises(ValueError, match="number of weight sets must be a non-negative integer, got -1"):
+        sample_weight_sets(3, -1, 5)
+    with pytest.raises(ValueError, match="number of weight sets must be a non-negative integer, got 1.5"):
+        sample_weight_sets(3, 1.5, 5)
+    with pytest.raises(ValueError, match="got 2.5"):
+        sample_weights(2.5, 5)
+    with pytest.raises(ValueError, match="alpha"):
+        sample_weights(3, 5, alpha=float("inf"))

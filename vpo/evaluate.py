@@ -134,7 +134,7 @@ def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[s
 
 def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
     """Pool metrics of a candidate frame (see module docstring); every problem holds `budget` candidates."""
-    from vpo.metrics import best_at_k, diversity, expected_best_of_m, pass_at_k
+    from vpo.metrics import best_at_k_curve, best_at_k_permutation_curve, diversity, expected_best_of_m, pass_at_k_curve
     from vpo.weights import sample_weights
 
     names = task.objective_names
@@ -146,9 +146,9 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
             raise ValueError(f"problem {pool['problem'].iloc[0]} has {len(pool)} candidates, expected {budget}")
         scalars = pool["scalar"].to_numpy(float)
         correct = int(pool["correct"].sum())
-        pass_k.append([pass_at_k(budget, correct, k) for k in range(1, budget + 1)])
-        best_k.append([best_at_k(scalars, k) for k in range(1, budget + 1)])
-        perm_k.append(np.maximum.accumulate(scalars[rng.permutation(budget)]))
+        pass_k.append(pass_at_k_curve(budget, correct, budget))
+        best_k.append(best_at_k_curve(scalars, budget))
+        perm_k.append(best_at_k_permutation_curve(scalars, budget, rng=rng))
         k = int(pool["k"].iloc[0])  # the problem's own k (candidate_frame)
         own = names[:k]
         if k not in weights:

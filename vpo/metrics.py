@@ -1,5 +1,5 @@
-"""Search metrics of a candidate pool: pass@k, best@k, E_w[best-of-m], reward-space diversity, Pareto fraction,
-the non-dominated set and its hypervolume.
+"""Search metrics of a candidate pool: pass@k, best@k, E_w[best-of-m], reward-space diversity, the
+non-dominated set and its hypervolume.
 
 A pool is the set of candidate solutions sampled for one problem (k counts candidates, not
 generations: one multi-answer chain with m = 3 contributes 3). Every function is defined for
@@ -25,7 +25,7 @@ def _check_k(k: int) -> int:
 
 
 def _scores(scores: Sequence[float] | np.ndarray) -> np.ndarray:
-    x = np.asarray(scores, dtype=np.float64).reshape(-1)
+    x = np.asarray(scores, dtype=np.float64).ravel()
     if not np.all(np.isfinite(x)):
         raise ValueError("scores contain NaN or inf; score unparseable candidates as 0 before computing metrics")
     return x
@@ -44,7 +44,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         return 0.0
     if n - c < k:
         return 1.0
-    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    i = np.arange(n - c + 1, n + 1)
     return float(1.0 - np.prod(1.0 - k / i))
 
 
@@ -61,7 +61,7 @@ def _best_at_k_sorted(ascending: np.ndarray, k: int) -> float:
     from scipy.special import gammaln
 
     # P(the i-th smallest is the max of a random k-subset) = C(i-1, k-1) / C(n, k), i = k..n
-    i = np.arange(k, n + 1, dtype=np.float64)
+    i = np.arange(k, n + 1)
     log_num = gammaln(i) - gammaln(k) - gammaln(i - k + 1)
     log_den = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
     return float(np.dot(np.exp(log_num - log_den), ascending[k - 1 :]))
@@ -87,7 +87,8 @@ def best_at_k_permutation_curve(
 ) -> list[float]:
     """Running max over one random order of the pool: [best@1, ..., best@max_k] for that order.
 
-    The estimator upstream reports (one permutation per problem); kept for parity with its numbers.
+    The estimator upstream reports (one permutation per problem): evaluation's best_at_k_perm, for
+    parity with its numbers.
     k > n repeats the pool max; an empty pool gives zeros.
     """
     max_k = _check_k(max_k)
@@ -98,19 +99,6 @@ def best_at_k_permutation_curve(
     return [float(running[min(k, len(x)) - 1]) for k in range(1, max_k + 1)]
 
 
-def best_at_k_permutation(scores: Sequence[float] | np.ndarray, k: int, *, rng: np.random.Generator | int | None = None) -> float:
-    """best@k from one random permutation: the max of its first min(k, n) scores (0 if empty)."""
-    return best_at_k_permutation_curve(scores, _check_k(k), rng=rng)[-1]
-
-
-def _matrix(matrix: Any) -> np.ndarray:
-    m = np.asarray(matrix, dtype=np.float64)
-    if m.ndim == 1:
-        m = m.reshape(1, -1) if m.size else np.zeros((0, 0))
-    if m.ndim != 2:
-        raise ValueError(f"a pool of reward vectors must be (m, k), got shape {m.shape}")
-    return m
-
 
 def expected_best_of_m(matrix: Any, weights: Any) -> float:
     """E_w[max over the pool of w . r]: mean over weight rows of the best row's weighted score.
@@ -118,18 +106,18 @@ def expected_best_of_m(matrix: Any, weights: Any) -> float:
     matrix: (m, k) reward vectors (a (k,) vector is a pool of one; empty pool gives 0);
     weights: (W, k), e.g. vpo.weights.sample_weights(k, 100, rng=eval_seed).
     """
-    m = _matrix(matrix)
+    m = np.asarray(matrix)
     if m.size == 0:
         return 0.0
-    w = np.asarray(weights, dtype=np.float64)
+    if m.ndim == 1:
+        m = m[None]
+    if m.ndim != 2:
+        raise ValueError(f"a pool of reward vectors must be (m, k), got shape {m.shape}")
+    w = np.asarray(weights)
     if w.ndim != 2 or w.shape[1] != m.shape[1]:
         raise ValueError(f"weights must be (W, {m.shape[1]}) to match the pool's k, got {w.shape}")
     return float((m @ w.T).max(axis=0).mean())
 
-
-def expected_best_of_m_per_chain(chains: Sequence[Any], weights: Any) -> np.ndarray:
-    """E_w[best-of-m] of each chain's own answers.  chains: list of (m_i, k).  Returns (n_chains,)."""
-    return np.array([expected_best_of_m(c, weights) for c in chains], dtype=np.float64)
 
 
 def diversity(vectors: Any) -> float:
@@ -137,7 +125,7 @@ def diversity(vectors: Any) -> float:
 
     vectors: (n, k).  Uses sum_{i<j} |x_j - x_i| = sum_j x_(j) (2j - n + 1) per dimension (sorted, 0-based).
     """
-    v = np.asarray(vectors, dtype=np.float64)
+    v = np.asarray(vectors)
     if v.size == 0:
         return 0.0
     if v.ndim != 2:
@@ -150,22 +138,6 @@ def diversity(vectors: Any) -> float:
     return total / (n * (n - 1) / 2)
 
 
-def pareto_fraction(vectors: Any) -> float:
-    """Fraction of the pool not dominated by another member (higher is better in every dimension).
-
-    b dominates a when b >= a everywhere and b > a somewhere; equal vectors do not dominate each
-    other.  vectors: (n, k).  Empty pool gives 0.
-    """
-    v = np.asarray(vectors, dtype=np.float64)
-    if v.size == 0:
-        return 0.0
-    if v.ndim != 2:
-        raise ValueError(f"pareto_fraction needs reward vectors (n, k), got shape {v.shape}")
-    geq = (v[:, None, :] >= v[None, :, :]).all(axis=-1)  # [b, a]: b >= a everywhere
-    gt = (v[:, None, :] > v[None, :, :]).any(axis=-1)
-    dominated = (geq & gt).any(axis=0)
-    return float(1.0 - dominated.mean())
-
 
 def nondominated_distinct(vectors: Any) -> np.ndarray:
     """The distinct reward vectors of a pool that no other member dominates (higher is better).
@@ -175,8 +147,6 @@ def nondominated_distinct(vectors: Any) -> np.ndarray:
     v = np.asarray(vectors, dtype=np.float64)
     if v.ndim != 2:
         raise ValueError(f"a pool of reward vectors must be (n, k), got shape {v.shape}")
-    if v.shape[0] == 0:
-        return v
     unique = np.unique(v, axis=0)
     geq = (unique[:, None, :] >= unique[None, :, :]).all(axis=-1)
     gt = (unique[:, None, :] > unique[None, :, :]).any(axis=-1)
@@ -194,8 +164,9 @@ def hypervolume(vectors: Any, reference: float = 0.0) -> float:
     exclude each other (a maze path that takes the gold leaves the diamond) give 0 for every pool; a
     reference below 0 counts those vectors too.
 
-    vectors: (n, k).  Exact (moocore) for k <= EXACT_HYPERVOLUME_MAX_K or 0/1 vectors against 0; else
-    moocore's deterministic Rphi-FWE+ approximation (exact volume is exponential in k).  Empty pool: 0.
+    vectors: (n, k).  Exact (moocore) for k <= EXACT_HYPERVOLUME_MAX_K or a front of one vector (0/1
+    vectors against 0: only the all-ones vector is left); else moocore's deterministic Rphi-FWE+
+    approximation (exact volume is exponential in k).  Empty pool: 0.
     """
     import moocore
 
@@ -204,7 +175,7 @@ def hypervolume(vectors: Any, reference: float = 0.0) -> float:
     if len(front) == 0:
         return 0.0
     ref = np.full(front.shape[1], float(reference))
-    if front.shape[1] <= EXACT_HYPERVOLUME_MAX_K or (reference == 0 and np.isin(front, (0.0, 1.0)).all()):
+    if front.shape[1] <= EXACT_HYPERVOLUME_MAX_K or len(front) == 1:  # one box: its volume is exact
         return float(moocore.hypervolume(front, ref=ref, maximise=True))
     return float(moocore.hv_approx(front, ref=ref, maximise=True, method="Rphi-FWE+"))
 

@@ -36,14 +36,14 @@ from vpo.task import Task, resolve
 
 def weighted_scalar(channels: Any, weights: Any) -> float:
     """goal_cond / random_weight reward: w . channels.  channels (k,), weights (k,)."""
-    c, w = np.asarray(channels, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    c, w = np.asarray(channels), np.asarray(weights)
     if c.shape != w.shape:
         raise ValueError(f"channels {c.shape} and weights {w.shape} must have the same length")
     return float(c @ w)
 
 
 def _num_solutions(extra_info: Mapping[str, Any] | None) -> int:
-    value = (extra_info or {}).get("num_solutions") if isinstance(extra_info, Mapping) else None
+    value = extra_info.get("num_solutions") if isinstance(extra_info, Mapping) else None
     if value is None:
         return 1
     m = int(value)
@@ -53,10 +53,10 @@ def _num_solutions(extra_info: Mapping[str, Any] | None) -> int:
 
 
 def _weights(ground_truth: Mapping[str, Any], task: Task) -> np.ndarray | None:
-    value = ground_truth.get("weights") if isinstance(ground_truth, Mapping) else None
+    value = ground_truth.get("weights")
     if value is None:
         return None
-    w = np.asarray(value, dtype=float).reshape(-1)
+    w = np.asarray(value, dtype=float).ravel()
     if w.shape != (task.k,) or not np.all(np.isfinite(w)):
         raise ValueError(f"ground_truth['weights'] must be {task.k} finite floats for task {task.name!r}, got {value!r}")
     return w
@@ -71,7 +71,7 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
     if m > 1 and weights is not None:
         raise ValueError("a row cannot be both multi-answer (num_solutions > 1) and weighted "
                          "(ground_truth['weights']); prepare the row for one method")
-    text = solution_str if isinstance(solution_str, str) else ("" if solution_str is None else str(solution_str))
+    text = "" if solution_str is None else str(solution_str)
 
     matrix, num_answers = task.score_response(text, dict(ground_truth), m)
     scalars = [task.scalar(row) for row in matrix]

@@ -28,8 +28,6 @@ def as_matrix(item: Any) -> np.ndarray:
 
     item: an (m, k) array or nested list, a (k,) vector (one answer), or JSON text of either.
     """
-    if type(item) is np.ndarray and item.ndim == 2 and item.dtype == np.float64 and item.size:
-        return item
     if item is None:
         return np.zeros((0, 0))
     if isinstance(item, (str, bytes)):
@@ -38,7 +36,7 @@ def as_matrix(item: Any) -> np.ndarray:
             return np.zeros((0, 0))
     mat = np.asarray(item, dtype=np.float64)
     if mat.ndim == 1:
-        mat = mat.reshape(1, -1)
+        mat = mat[None]
     if mat.ndim != 2:
         raise ValueError(f"a rollout's sub_scores must be an (m, k) matrix, got shape {mat.shape}")
     return mat if mat.size else np.zeros((0, 0))
@@ -49,15 +47,6 @@ def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]
 
     group_ids: (B,) hashable ids.  Returns: codes (B,) int64 in [0, G), and G.
     """
-    if isinstance(group_ids, np.ndarray) and group_ids.ndim == 1:
-        try:
-            _, first, inverse = np.unique(group_ids, return_index=True, return_inverse=True)
-        except TypeError:  # unorderable objects: fall back to hashing
-            pass
-        else:
-            rank = np.empty(len(first), dtype=np.int64)
-            rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-            return rank[inverse.reshape(-1)], len(first)
     index: dict[Any, int] = {}
     codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64)
     return codes, len(index)
@@ -66,12 +55,12 @@ def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]
 def group_slots(codes: np.ndarray, n_groups: int, gsel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rollouts of groups `gsel`: batch index (R,), group position in gsel (R,), slot inside
     the group (R,) in batch order, and the group sizes (len(gsel),)."""
-    local = np.full(n_groups, -1, dtype=np.int64)
+    rsel = np.flatnonzero(np.isin(codes, gsel))
+    local = np.empty(n_groups, dtype=np.int64)
     local[gsel] = np.arange(len(gsel))
-    rsel = np.flatnonzero(local[codes] >= 0)
     lg = local[codes[rsel]]
     count = np.bincount(lg, minlength=len(gsel))
-    order = np.argsort(lg, kind="stable")
+    order = np.argsort(lg, stable=True)  # slots in batch order
     slot = np.empty(len(rsel), dtype=np.int64)
     slot[order] = np.arange(len(rsel)) - (np.cumsum(count) - count)[lg[order]]
     return rsel, lg, slot, count

@@ -60,9 +60,9 @@ def _check(k: int, n_sets: int, n: int, alpha: float) -> None:
 
 
 def _naive(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
-    if alpha < _SMALL_ALPHA:
+    if alpha < _SMALL_ALPHA:  # pragma: no mutate (both methods draw Dirichlet(alpha); the switch point is numerical)
         return rng.dirichlet(np.full(k, alpha), size=(n_sets, n))
-    gam = rng.standard_exponential((n_sets, n, k)) if alpha == 1.0 else rng.standard_gamma(alpha, (n_sets, n, k))
+    gam = rng.standard_gamma(alpha, (n_sets, n, k))  # numpy draws an exponential when alpha == 1
     gam /= gam.sum(axis=-1, keepdims=True)
     return gam
 
@@ -71,16 +71,12 @@ def _sobol_uniforms(dim: int, n_sets: int, n: int, rng: np.random.Generator) -> 
     """(n_sets, n, dim) uniforms: one scrambled Sobol net, an independent random digital shift per set."""
     from scipy.stats import qmc
 
-    seed = int(rng.integers(2**63))
-    try:
-        engine = qmc.Sobol(dim, scramble=True, rng=seed)
-    except TypeError:  # scipy < 1.15 spells the seed argument `seed`
-        engine = qmc.Sobol(dim, scramble=True, seed=seed)
+    engine = qmc.Sobol(dim, rng=rng)  # scrambled: scipy's default
     # Draw a power-of-two prefix (scipy's balance requirement) and keep the first n points.
-    points = engine.random_base2(max(0, math.ceil(math.log2(n))))[:n]
+    points = engine.random_base2(math.ceil(math.log2(n)))[:n]
     scale = float(2**_SOBOL_BITS)
     ints = np.rint(points * scale).astype(np.int64)  # exact: Sobol points are multiples of 2**-30
-    shifts = rng.integers(0, 2**_SOBOL_BITS, size=(n_sets, 1, dim), dtype=np.int64)
+    shifts = rng.integers(2**_SOBOL_BITS, size=(n_sets, 1, dim))
     points = rng.random((n_sets, n, dim))  # the jitter inside the finest cell, then the shifted point
     points += ints[None] ^ shifts
     points *= 1.0 / scale
@@ -98,12 +94,14 @@ def _sobol(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) 
         return gaps
     from scipy.special import gammaincinv
 
-    u = np.clip(_sobol_uniforms(k, n_sets, n, rng), 1e-12, 1.0 - 1e-12)
+    # u is 0 or 1 only by rounding (probability below 2**-50), where the inverse CDF would be 0 or inf
+    u = np.clip(_sobol_uniforms(k, n_sets, n, rng), 1e-12, 1.0 - 1e-12)  # pragma: no mutate (see above)
     gam = gammaincinv(alpha, u)
     total = gam.sum(axis=-1, keepdims=True)
-    # For tiny alpha every coordinate can round to 0; fall back to the corner of the largest u.
-    corner = (u == u.max(axis=-1, keepdims=True)).astype(float)
-    return np.where(total > 0, gam / np.where(total > 0, total, 1.0), corner)
+    # For tiny alpha every coordinate can round to 0; such rows become the corner of their largest u.
+    weights = np.zeros_like(u)
+    np.put_along_axis(weights, u.argmax(axis=-1)[..., None], 1.0, axis=-1)
+    return np.divide(gam, total, out=weights, where=total > 0)
 
 
 def sample_weight_sets(
@@ -151,7 +149,7 @@ def draw_bucket_weights(
 ) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """[(k, group indices with that k, weights (G_k, W, k))] by ascending k: one draw per distinct k."""
     rng = np.random.default_rng(rng)
-    ks = np.asarray(group_ks, dtype=np.int64)
+    ks = np.asarray(group_ks)
     out = []
     for k in np.unique(ks[ks > 0]):
         sel = np.flatnonzero(ks == k)
