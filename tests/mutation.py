@@ -40,11 +40,15 @@ MODULES = {
     "vpo/local/rl.py": ["tests/test_local_rl.py"],
     "vpo/evaluate.py": ["tests/test_eval_candidates.py"],
     "vpo_tasks/maze.py": ["tests/test_maze.py"],
-    "vpo_tasks/musique.py": ["tests/test_musique.py"],
-    "vpo_tasks/eureqa.py": ["tests/test_eureqa.py"],
-    "vpo_tasks/tool.py": ["tests/test_tool.py"],
+    # each task's "never raises" property test scores thousands of generated texts (25 s a run), and the
+    # hub tests wait on a refused connection: deterministic tests judge the mutants
+    "vpo_tasks/musique.py": ["tests/test_musique.py", "-k", "not never_raises and not unreachable_hub"],
+    "vpo_tasks/eureqa.py": ["tests/test_eureqa.py", "-k", "not never_raises and not unreachable_hub"],
+    "vpo_tasks/tool.py": ["tests/test_tool.py", "-k", "not never_raises"],
     "vpo_tasks/lcb_grading.py": ["tests/test_lcb.py"],
 }
+# modules of which only some functions are the engine core: the score counts only their mutants
+ONLY_FUNCTIONS = {"vpo/evaluate.py": ("prompt_plan", "candidate_frame", "pool_metrics")}
 # mutmut's exit codes per mutant, grouped as the table counts them (mutmut/stats.py)
 KILLED = {1, 3, 36, 24, -24, 152, 255, -11, -9}
 SURVIVED, UNTESTED, SKIPPED = {0}, {5, 33}, {34}
@@ -85,6 +89,9 @@ def run_module(module: str, tests: list[str], workers: int, keep: bool) -> dict:
     if done.returncode != 0 or not meta.is_file():
         raise SystemExit(f"mutmut failed on {module} (in {root}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     codes = json.loads(meta.read_text())["exit_code_by_key"]
+    if module in ONLY_FUNCTIONS:  # mutant keys read <package>.<module>.x_<function>__mutmut_<n>
+        codes = {key: c for key, c in codes.items()
+                 if any(f".x_{name}__mutmut_" in key for name in ONLY_FUNCTIONS[module])}
     counts = {"killed": 0, "survived": 0, "untested": 0, "equivalent": 0, "other": 0}
     counts.update(Counter(("killed" if c in KILLED else "survived" if c in SURVIVED else "untested" if c in UNTESTED
                            else "equivalent" if c in SKIPPED else "other") for c in codes.values()))

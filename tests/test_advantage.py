@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from itertools import combinations
 
@@ -18,12 +19,14 @@ from vpo.advantage import (
     get_estimator,
     grpo_advantage,
     max_at_k_advantage,
+    max_at_k_subset,
     maxrl_advantage,
     register_estimator,
+    setting_keys,
     vpo_advantage,
     vpo_single_advantage,
 )
-from vpo.methods import METHODS
+from vpo.methods import METHODS, get_method
 from vpo.vpo_scores import vpo_raw_scores
 from vpo.reward import weighted_scalar
 from vpo.weights import draw_group_weights
@@ -431,3 +434,81 @@ def test_given_weights_report_no_draw_spread():
     weights = {g: np.full((4, 2), 0.5) for g in (0, 1)}
     _, diag = vpo_advantage(subs, gid, weights=weights)
     assert "vpo/advantage_draw_std" not in diag
+
+
+def test_draw_spread_equals_its_definition():
+    # the advantages of 4 redraws (seeded by the raw scores' digest), their ddof-1 std per rollout, averaged
+    subs, gid = _batch(seed=4, groups=3, size=4, k=3)
+    raw = vpo_raw_scores(subs, gid, n_weights=20, rng=0)
+    seed = int.from_bytes(hashlib.blake2b(np.asarray(raw, dtype=np.float64).tobytes(), digest_size=8).digest(), "little")
+    rng = np.random.default_rng(seed)
+    draws = [vpo_reference(subs, list(gid), draw_group_weights(group_ks_in_order(subs, gid), 20, rng=rng))[0]
+             for _ in range(4)]
+    expected = np.mean([np.std([d[j] for d in draws], ddof=1) for j in range(len(subs))])
+    got = advantage_draw_spread(subs, gid, raw, n_weights=20, alpha=1.0, sampler="naive")
+    assert got == pytest.approx(expected, rel=1e-9)
+    assert advantage_draw_spread([], [], np.zeros(0), n_weights=20, alpha=1.0, sampler="naive") == 0.0
+
+
+def test_a_group_whose_std_is_exactly_eps_is_still_normalised():
+    # raw scores 0 and 2e-6: population std 1e-6 == eps, not below it: (raw - mean) / (2 eps) = -0.5, 0.5
+    adv, _ = vpo_advantage([[[0.0]], [[2e-6]]], [0, 0], n_weights=3, rng=0)
+    np.testing.assert_allclose(adv, [-0.5, 0.5])
+
+
+def test_score_errors_name_the_rollouts_and_the_fix():
+    with pytest.raises(ValueError, match=r"^scores must be one number per rollout, shape \(B,\); got shape \(2, 1\)$"):
+        grpo_advantage([[1.0], [2.0]], [0, 0])
+    with pytest.raises(ValueError, match=r"^scores has 3 entries but group_ids has 2; pass one id per rollout$"):
+        maxrl_advantage([1.0, 2.0, 3.0], [0, 0])
+    with pytest.raises(ValueError, match=r"^scores contains NaN or inf at rollouts \[1, 3\]$"):
+        grpo_advantage([0.5, None, 0.2, float("inf")], [0, 0, 1, 1])  # None: a missing score
+    many = [float("nan")] * 12
+    with pytest.raises(ValueError, match=r"at rollouts \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]$"):
+        max_at_k_advantage(many, [0] * 12, k=2)
+
+
+def test_gdpo_through_the_method_table_reads_channels_settings_and_lengths():
+    ids = ["a", "a", "a", "b", "b", "b"]
+    subs = [[[1, 0]], [[0, 1]], [[1, 1]], [[0, 0]], "[[1, 0]]", [0.5]]  # a shorter vector pads with 0
+    channels = np.array([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0.5, 0]])
+    lengths = [3, 1, 7, 2, 5, 4]
+    adv, _ = advantage_for_method("gdpo", scores=None, sub_scores=subs, group_ids=ids,
+                                  settings={"channel_weights": [2.0, 1.0]}, response_lengths=lengths)
+    np.testing.assert_allclose(adv, gdpo_advantage(channels, ids, channel_weights=[2.0, 1.0], response_lengths=lengths))
+    assert not np.allclose(adv, gdpo_advantage(channels, ids, channel_weights=[2.0, 1.0]))
+    for rows, message in (([[[1, 0]], [[1, 0], [0, 1], [1, 1]], [[1, 0], [0, 1]]], "rollout 1 has 3"),
+                          ([[[1, 0]], [[1, 0], [0, 1]]], "rollout 1 has 2")):
+        with pytest.raises(ValueError, match=f"^gdpo expects one answer per rollout, {message}$"):
+            advantage_for_method("gdpo", scores=None, sub_scores=rows, group_ids=[0] * len(rows))
+
+
+def test_batch_diagnostics_by_hand():
+    # GRPO on groups a = (1, 0), b = (0.5, 0.5) and c = (0.3): a's unbiased std is 1/sqrt(2), b does not
+    # move, c alone keeps its score (mean 0, std 1)
+    adv, diag = advantage_for_method("grpo", scores=[1.0, 0.0, 0.5, 0.5, 0.3], sub_scores=None,
+                                     group_ids=["a", "a", "b", "b", "c"])
+    half, alone = 0.5 / (math.sqrt(0.5) + 1e-6), 0.3 / (1 + 1e-6)
+    np.testing.assert_allclose(adv, [half, -half, 0.0, 0.0, alone])
+    mean = alone / 5
+    std = math.sqrt((2 * half**2 + alone**2) / 5 - mean**2)
+    assert diag == pytest.approx({"advantage/mean": mean, "advantage/std": std,
+                                  "advantage/abs_max": half, "advantage/zero_group_frac": 1 / 3})
+    _, empty = advantage_for_method("grpo", scores=[], sub_scores=None, group_ids=[])
+    assert empty == {"advantage/mean": 0.0, "advantage/std": 0.0, "advantage/abs_max": 0.0, "advantage/zero_group_frac": 0.0}
+    with pytest.raises(ValueError, match=r"^method 'grpo' needs scores \(one scalar per rollout\)$"):
+        advantage_for_method("grpo", scores=None, sub_scores=[[[1.0]]], group_ids=[0])
+
+
+def test_registry_message_lists_the_names():
+    with pytest.raises(ValueError, match=r"registered: vpo, vpo_single, grpo, maxrl, gdpo, max_at_k"):
+        get_estimator("nope")
+
+
+def test_max_at_k_default_subset_and_setting_keys():
+    assert [max_at_k_subset(n) for n in (2, 3, 4, 5, 9, 16)] == [2, 2, 2, 2, 4, 8]
+    assert isinstance(max_at_k_subset(9), int) and max_at_k_subset(9, 3) == 3
+    assert setting_keys("grpo") == {"norm_by_std", "eps"}
+    assert setting_keys("goal_cond") == {"norm_by_std", "eps", "alpha"}  # weighted rows: alpha draws their weights
+    assert setting_keys(get_method("vpo")) == {"n_weights", "alpha", "sampler", "eps"}
+    assert setting_keys("max_at_k") == {"k", "eps"}

@@ -4,6 +4,7 @@ one scoring as the empty answer, `---` splits, a single-answer chain scored on i
 goal-weight modes; the single-answer prefill."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from vpo.evaluate import PromptPlan, candidate_frame, prompt_plan
@@ -170,7 +171,7 @@ def rows(n):
 
 def test_goal_weights_none_shows_the_prompt_as_written():
     plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
-                       goal_weights="none")
+                       goal_weights="none", alpha=1.0)
     assert plan.prompts == [r["prompt"] for r in rows(2)] and plan.n == 30 and plan.weights == [None, None]
 
 
@@ -183,11 +184,17 @@ def test_goal_weights_per_problem_one_vector_shown_to_all_samples():
     for i, (prompt, w) in enumerate(zip(plan.prompts, plan.weights)):
         assert w == pytest.approx(goal_weights(4, 10 + i, 4, 0.5).tolist())
         assert GOAL_HEADER in prompt[-1]["content"] and f"Reaching the exit (E): {w[0]:.2f}" in prompt[-1]["content"]
+        assert "<route_" not in prompt[-1]["content"]  # one answer: no multi-answer format
+    # a row without an index is its position
+    bare = [{k: v for k, v in r.items() if k != "extra_info"} for r in rows(2)]
+    plan = prompt_plan(resolve("maze"), bare, get_method("goal_cond"), m=3, budget=30, eval_seed=4,
+                       goal_weights="per_problem", alpha=0.5)
+    assert plan.weights[1] == pytest.approx(goal_weights(4, 1, 4, 0.5).tolist())
 
 
 def test_goal_weights_per_chain_fresh_vector_per_group_of_m():
     plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
-                       goal_weights="per_chain")
+                       goal_weights="per_chain", alpha=1.0)
     # 10 vectors per problem, problem-major, from one Dirichlet(1) stream seeded with the eval seed
     expected = np.random.default_rng(4).dirichlet(np.ones(4), size=20)
     assert plan.problem == [0] * 10 + [1] * 10 and plan.n == 3
@@ -197,13 +204,116 @@ def test_goal_weights_per_chain_fresh_vector_per_group_of_m():
 
 @pytest.mark.parametrize("method, kind", [("random_weight", "single"), ("grpo", "single"), ("vpo", "multi")])
 def test_other_methods_never_show_weights(method, kind):
-    plan = prompt_plan(resolve("maze"), rows(1), get_method(method), m=3, budget=30, eval_seed=0,
-                       goal_weights="per_chain")
-    assert plan.weights == [None] and plan.n == (10 if kind == "multi" else 30)
+    plan = prompt_plan(resolve("maze"), rows(2), get_method(method), m=3, budget=30, eval_seed=0,
+                       goal_weights="per_chain", alpha=1.0)
+    assert plan.weights == [None, None] and plan.problem == [0, 1]
+    assert plan.n == (10 if kind == "multi" else 30) and type(plan.n) is int
     assert ("<route_3>" in plan.prompts[0][-1]["content"]) == (kind == "multi")
+    if kind == "single":
+        assert plan.prompts == [r["prompt"] for r in rows(2)]  # the prompt as written
 
 
 def test_unknown_goal_weight_mode_is_refused():
     with pytest.raises(ValueError, match="per_problem"):
         prompt_plan(resolve("maze"), rows(1), get_method("goal_cond"), m=3, budget=30, eval_seed=0,
-                    goal_weights="per_prompt")
+                    goal_weights="per_prompt", alpha=1.0)
+
+
+# ---- pool metrics of a candidate frame, against enumeration ----------------------------------------
+def brute_pool(frame, names, budget, eval_seed):
+    from itertools import combinations
+    from types import SimpleNamespace
+
+    from vpo.weights import sample_weights
+
+    pools = [p.sort_values(["chain", "slot"]) for _, p in frame.groupby("problem")]
+    pass_k, best_k, divs, ebm = [], [], [], []
+    for p in pools:
+        correct, scalars = p["correct"].tolist(), p["scalar"].tolist()
+        subsets = [list(combinations(range(budget), k)) for k in range(1, budget + 1)]
+        pass_k.append([np.mean([any(correct[i] for i in s) for s in subs]) for subs in subsets])
+        best_k.append([np.mean([max(scalars[i] for i in s) for s in subs]) for subs in subsets])
+        own = names[: int(p["k"].iloc[0])]
+        v = p[own].to_numpy()
+        divs.append(np.mean([np.abs(v[i] - v[j]).sum() for i, j in combinations(range(budget), 2)]))
+        w = sample_weights(len(own), 100, rng=np.random.default_rng(eval_seed))
+        ebm += [np.mean([max(float(np.dot(r, x)) for r in c[own].to_numpy()) for x in w]) for _, c in p.groupby("chain")]
+    return SimpleNamespace(pass_k=np.mean(pass_k, axis=0), best_k=np.mean(best_k, axis=0), diversity=np.mean(divs),
+                           ebm=np.mean(ebm), pools=pools)
+
+
+def test_pool_metrics_of_a_frame_with_two_k_by_enumeration():
+    from types import SimpleNamespace
+
+    from vpo.evaluate import pool_metrics
+
+    names = ["a", "b", "c"]
+    rng = np.random.default_rng(3)
+    rows = []
+    for problem, k in ((5, 2), (2, 3), (9, 2)):  # problems of 2 and 3 objectives, out of order
+        for chain in range(2):
+            for slot in range(2):
+                vector = rng.integers(0, 3, size=3) / 2 * (np.arange(3) < k)
+                rows.append({"problem": problem, "chain": chain, "slot": slot, **dict(zip(names, vector)), "k": k,
+                             "scalar": float(vector[:k].mean()), "correct": bool(vector[:k].min() == 1.0),
+                             "answer": "" if (problem, chain) == (2, 1) else "x"})
+    frame = pd.DataFrame(rows).sample(frac=1.0, random_state=0)  # the frame's row order must not matter
+    frame["parsed"] = frame["answer"].str.len() > 0
+    got = pool_metrics(frame, SimpleNamespace(objective_names=names), budget=4, eval_seed=7)
+    want = brute_pool(frame, names, 4, 7)
+    assert got["n_problems"] == 3 and got["budget"] == 4
+    np.testing.assert_allclose(got["pass_at_k"], want.pass_k, atol=1e-12)
+    np.testing.assert_allclose(got["best_at_k"], want.best_k, atol=1e-12)
+    assert got["diversity"] == pytest.approx(want.diversity, abs=1e-12)
+    assert got["expected_best_of_m"] == pytest.approx(want.ebm, abs=1e-12)
+    assert got["parse_failure_rate"] == pytest.approx(1 / 6)  # one chain of six parsed nothing
+    assert got["objective_means"] == pytest.approx({n: frame[n].mean() for n in names})
+    # best@k over one permutation per problem, problems in order, drawn from the eval seed's own stream
+    perm_rng = np.random.default_rng([7, 2])
+    perms = [np.maximum.accumulate(p["scalar"].to_numpy()[perm_rng.permutation(4)]) for p in want.pools]
+    np.testing.assert_allclose(got["best_at_k_perm"], np.mean(perms, axis=0), atol=1e-12)
+    with pytest.raises(ValueError, match="^problem 5 has 3 candidates, expected 4$"):
+        pool_metrics(frame[~((frame["problem"] == 5) & (frame["chain"] == 1) & (frame["slot"] == 1))],
+                     SimpleNamespace(objective_names=names), budget=4, eval_seed=7)
+
+
+def test_the_candidate_frame_names_its_columns_and_problems():
+    task = resolve("maze")
+    indexed = {"prompt": [{"role": "user", "content": "q17"}], "reward_model": {"ground_truth": MAZE},
+               "extra_info": {"index": 17}}
+    bare = {"prompt": [{"role": "user", "content": "q?"}], "reward_model": {"ground_truth": MAZE}}
+    plan = PromptPlan([indexed["prompt"], bare["prompt"]], [0, 1], [[0.5, 0.5, 0.0, 0.0], None], 1)
+    frame = candidate_frame(task, [indexed, bare], plan, [[f"<answer>{TOP}</answer>"], ["x"]], 1, single_answer_prefill="")
+    assert list(frame.columns) == ["problem", "prompt", "weights", "chain", "slot", "text", "response", "answer",
+                                   *task.objective_names, "k", "scalar", "correct", "parsed"]
+    first = frame.iloc[0]
+    assert first["problem"] == 17 and frame["problem"].iloc[1] == 1  # the row's index, else its position
+    assert (first["prompt"], first["text"], first["response"]) == ("q17", f"<answer>{TOP}</answer>", f"<answer>{TOP}</answer>")
+    assert list(first["weights"]) == [0.5, 0.5, 0.0, 0.0] and frame["weights"].iloc[1] is None
+
+
+def test_a_one_character_answer_is_parsed():
+    from vpo.task import Task
+
+    class Letters(Task):  # an answer is the stripped text; it scores 1 when it is "a"
+        name, objectives, scalar_weights, default_m, single_format_line = "letters", (("a", "Is a"),), (1.0,), 2, ""
+
+        def split_answers(self, text, m):
+            return [text.strip()] if text.strip() else []
+
+        def score_answer(self, answer, ground_truth):
+            return [float(answer == "a")]
+
+    row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": {}}}
+    frame = candidate_frame(Letters(), [row], PromptPlan([row["prompt"]], [0], [None], 3), [["a", " b ", "  "]], 1,
+                            single_answer_prefill="")
+    assert frame["answer"].tolist() == ["a", "b", ""] and frame["parsed"].tolist() == [True, True, False]
+
+
+def test_the_prefill_precedes_only_a_nonempty_single_answer():
+    # the prefill is the start of the answer the model was made to continue; an empty response stays empty,
+    # and a multi-answer chain is read as written
+    _, single = pool("maze", MAZE, [" DOWN DOWN", "", "   "], m=1, prefill="RIGHT RIGHT")
+    assert single == [[1.0, 1.0, 0.0, 1.0], ZERO4, ZERO4]
+    _, multi = pool("maze", MAZE, [LEFT], m=3, prefill="RIGHT RIGHT ")
+    assert multi == [V_LEFT, ZERO4, ZERO4]

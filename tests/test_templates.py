@@ -73,9 +73,11 @@ def test_multi_and_goal_templates_reach_training_and_evaluation(runs):
     weights = goal["reward_model"]["ground_truth"]["weights"]
     lines = "\n".join(f"- {d}: {w:.2f}" for (_, d), w in zip(MAZE.objectives, weights))
     assert goal["prompt"][0]["content"] == f"{truth['grid_text']}\n{truth['max_steps']} moves. Weigh:\n{lines}\n{FORMAT_LINE}"
-    plan = prompt_plan(MAZE, runs["templated"], get_method("multi_rlvr"), m=3, budget=6, eval_seed=0)
+    plan = prompt_plan(MAZE, runs["templated"], get_method("multi_rlvr"), m=3, budget=6, eval_seed=0,
+                       goal_weights="none", alpha=1.0)
     assert plan.prompts[0][0]["content"] == multi
-    single = prompt_plan(MAZE, runs["templated"], get_method("grpo"), m=3, budget=6, eval_seed=0)
+    single = prompt_plan(MAZE, runs["templated"], get_method("grpo"), m=3, budget=6, eval_seed=0,
+                         goal_weights="none", alpha=1.0)
     assert single.prompts[0] == row["prompt"]
 
 

@@ -62,11 +62,12 @@ def _scores_vector(scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any
     return x
 
 
-def _group_mean_std(x: np.ndarray, codes: np.ndarray, n_groups: int, ddof: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-group count, mean and std (ddof 0: population, 1: unbiased; groups of one get std 0)."""
-    count = np.bincount(codes, minlength=n_groups).astype(np.float64)
-    mean = np.bincount(codes, weights=x, minlength=n_groups) / np.maximum(count, 1)
-    sq = np.bincount(codes, weights=(x - mean[codes]) ** 2, minlength=n_groups)
+def _group_mean_std(x: np.ndarray, codes: np.ndarray, ddof: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-group count, mean and std (ddof 0: population, 1: unbiased; groups of one get std 0).
+    codes: (B,) from `group_codes`: every group in [0, G) has a rollout, so the counts have length G."""
+    count = np.bincount(codes)
+    mean = np.bincount(codes, weights=x) / np.maximum(count, 1)
+    sq = np.bincount(codes, weights=(x - mean[codes]) ** 2)
     std = np.sqrt(sq / np.maximum(count - ddof, 1))
     return count, mean, std
 
@@ -98,7 +99,7 @@ def vpo_advantage(
     Returns: advantages float64 (B,), diagnostics dict of floats.
     """
     raw, pool_best, rows, codes, n_groups = vpo_scores(sub_scores, group_ids, n_weights, alpha, sampler, rng, weights)
-    adv, mean, std = _z_normalise(raw, codes, n_groups, eps)
+    adv, mean, std = _z_normalise(raw, codes, eps)
     flat = std < eps
     # Means over prompt groups, as the authors log them (docs/metrics.md defines every key).
     diagnostics = {
@@ -116,9 +117,9 @@ def vpo_advantage(
     return adv, diagnostics
 
 
-def _z_normalise(raw: np.ndarray, codes: np.ndarray, n_groups: int, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _z_normalise(raw: np.ndarray, codes: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(B,) raw scores -> (advantages (B,), group means (G,), population stds (G,)); a group with std < eps gets 0."""
-    _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=0)
+    _, mean, std = _group_mean_std(raw, codes, ddof=0)
     return np.where((std < eps)[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps)), mean, std
 
 
@@ -133,8 +134,9 @@ def advantage_draw_spread(sub_scores: Sequence[Any], group_ids: Sequence[Any] | 
     (ddof=1) over the draws per rollout, averaged over the B rollouts. The Monte Carlo noise the
     Sobol sampler is meant to reduce.
 
-    raw: (B,) the batch's raw scores from the training draw; they seed the draws here (a hash of
-    their bytes), so the training draw's generator is not advanced and a rerun measures the same.
+    raw: (B,) the batch's raw scores from the training draw; they seed the draws here (the 8-byte
+    blake2b digest of their float64 bytes, read little-endian), so the training draw's generator is
+    not advanced and a rerun measures the same.
     Returns: a float (0 for an empty batch).
     """
     if len(raw) == 0:
@@ -144,7 +146,7 @@ def advantage_draw_spread(sub_scores: Sequence[Any], group_ids: Sequence[Any] | 
     draws = []
     for _ in range(repeats):
         redrawn = vpo_scores(sub_scores, group_ids, n_weights, alpha, sampler, rng, None)
-        draws.append(_z_normalise(redrawn.raw, redrawn.codes, redrawn.n_groups, eps)[0])
+        draws.append(_z_normalise(redrawn.raw, redrawn.codes, eps)[0])
     return float(np.std(np.stack(draws), axis=0, ddof=1).mean())
 
 
@@ -189,8 +191,8 @@ def grpo_advantage(
     Returns: advantages float64 (B,).
     """
     x = _scores_vector(scores, group_ids)
-    codes, n_groups = group_codes(group_ids)
-    count, mean, std = _group_mean_std(x, codes, n_groups, ddof=1)
+    codes, _ = group_codes(group_ids)
+    count, mean, std = _group_mean_std(x, codes, ddof=1)
     single = count == 1
     mean = np.where(single, 0.0, mean)
     std = np.where(single, 1.0, std)
@@ -205,8 +207,8 @@ def maxrl_advantage(scores: Sequence[float] | np.ndarray, group_ids: Sequence[An
     scores: (B,) float, non-negative (success rates);  group_ids: (B,).  Returns: float64 (B,).
     """
     x = _scores_vector(scores, group_ids)
-    codes, n_groups = group_codes(group_ids)
-    _, mean, _ = _group_mean_std(x, codes, n_groups, ddof=0)
+    codes, _ = group_codes(group_ids)
+    _, mean, _ = _group_mean_std(x, codes, ddof=0)
     m = mean[codes]
     return np.where(m == 0.0, 0.0, (x - m) / (m + eps))
 
@@ -299,7 +301,7 @@ def max_at_k_advantage(
         values = np.empty_like(grid)
         np.put_along_axis(values, rank, ordered @ _max_at_k_coefficients(n, k_n).T, axis=1)
         raw[rsel] = values[lg, slot]
-    _, mean, std = _group_mean_std(raw, codes, n_groups, ddof=1)
+    _, mean, std = _group_mean_std(raw, codes, ddof=1)
     return (raw - mean[codes]) / (std[codes] + eps)
 
 
@@ -313,10 +315,11 @@ def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
     multi = [i for i, m in enumerate(mats) if m.shape[0] > 1]
     if multi:
         raise ValueError(f"gdpo expects one answer per rollout, rollout {multi[0]} has {mats[multi[0]].shape[0]}")
-    width = max((m.shape[1] for m in mats), default=0)
+    # a batch without any channel: 0 or 1 zero columns give gdpo's same zero advantages
+    width = max((m.shape[1] for m in mats), default=0)  # pragma: no mutate (see above)
     out = np.zeros((len(mats), width))
     for i, m in enumerate(mats):
-        out[i, : m.shape[1]] = m.reshape(-1)
+        out[i, : m.shape[1]] = m.ravel()
     return out
 
 
@@ -377,9 +380,9 @@ def advantage_for_method(
         if scores is None:
             raise ValueError(f"method {meth.name!r} needs scores (one scalar per rollout)")
         adv = fn(scores, group_ids, **kwargs)
-    adv = np.asarray(adv, dtype=np.float64)
+    adv = np.asarray(adv)
     codes, n_groups = group_codes(group_ids)
-    moving = np.bincount(codes, weights=(np.abs(adv) > 1e-6).astype(float), minlength=n_groups)
+    moving = np.bincount(codes, weights=np.abs(adv) > 1e-6)
     diagnostics.update(
         {
             "advantage/mean": float(adv.mean()) if len(adv) else 0.0,

@@ -71,7 +71,7 @@ class PromptPlan:
 
 
 def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_seed: int,
-                goal_weights: str = "per_problem", alpha: float = 1.0) -> PromptPlan:
+                goal_weights: str, alpha: float) -> PromptPlan:
     """Which prompts fill each problem's `budget` candidates (docs/evaluation.md).
 
     Multi-answer methods: the m-answer prompt, budget / m chains. Single-answer methods: the prompt as
@@ -103,7 +103,7 @@ def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_see
 
 
 def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[str]], m: int, *,
-                    single_answer_prefill: str = ""):
+                    single_answer_prefill: str):
     """One row per candidate (docs/evaluation.md): every chain of every problem adds its m answer slots
     as the authors' evaluation reads them (in order, a repeat kept as a copy, a missing answer scored as
     the empty answer), or, answering once, its whole response (after `single_answer_prefill`, when it is
