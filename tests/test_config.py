@@ -176,7 +176,7 @@ def test_scale_note_names_preset_and_scale():
     cpu = load_config(CONFIG)
     steps, side = cpu["local_trainer"]["steps"], cpu["task_settings"]["maze"]["data"]["size"]
     assert scale_note(cpu) == (f"cpu preset: 2-layer width-64 model trained on CPU, {steps} RL steps of 8 x 8 "
-                               f"rollouts, maze {side}x{side}, 3 seeds")
+                               f"rollouts, maze {side}x{side}, 5 seeds")
     assert scale_note(load_config(CONFIG, preset="ci")).endswith("rollouts, maze 9x9, 1 seed")
     assert scale_note(load_config(CONFIG, preset="verl_cpu")) == (
         "verl_cpu preset: 2-layer width-64 model trained by veRL on CPU, 4 x 8 rollouts per step, maze 7x7, 1 seed")

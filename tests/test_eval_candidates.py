@@ -317,3 +317,5 @@ def test_the_prefill_precedes_only_a_nonempty_single_answer():
     assert single == [[1.0, 1.0, 0.0, 1.0], ZERO4, ZERO4]
     _, multi = pool("maze", MAZE, [LEFT], m=3, prefill="RIGHT RIGHT ")
     assert multi == [V_LEFT, ZERO4, ZERO4]
+    _, whole = pool("maze", MAZE, ["", TOP], m=1, prefill=TOP + " ")  # a prefill that alone reaches the exit
+    assert whole == [ZERO4, V_TOP]

@@ -27,6 +27,8 @@ def test_problem_scores_of_a_two_problem_frame():
     # problem 0: front (1,0), (0,1), (0.5,0.5); only (0.5,0.5) spans volume
     assert quality[(0, "nondominated")] == 3 and quality[(0, "hypervolume")] == pytest.approx(0.25)
     assert quality[(1, "nondominated")] == 1 and quality[(1, "hypervolume")] == pytest.approx(0.1)
+    # pairwise L1 distances of problem 0's (1, 0), (0, 1), (.5, .5), (.5, .5): 2, 1, 1, 1, 1, 0; problem 1's are equal
+    assert quality[(0, "diversity")] == pytest.approx(1.0) and quality[(1, "diversity")] == 0.0
     # one distinct vector: its utility is w . r averaged over the weights, about 0.35 for uniform weights
     assert 0.25 < quality[(1, "expected_utility")] < 0.45
 

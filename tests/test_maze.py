@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vpo.reward import compute_score
-from vpo_tasks.maze import MAZE
+from vpo_tasks.maze import MAZE, route_slots, score_moves
 from vpo_tasks.maze_generator import generate_maze, generate_mazes
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "maze_5x5.json").read_text())
@@ -279,3 +279,61 @@ def test_demonstrations_are_well_formed_and_of_mixed_quality(mazes):
     assert [int(i) for i in re.findall(r"<route_(\d)>", multi)] == [1, 2, 3]
     same = MAZE.demonstration(rows[0], np.random.default_rng(3), 3)
     assert same == multi  # a seeded rng gives the same demonstration
+
+
+# ---- the scorer and parser on small hand-made mazes -------------------------------------------------
+def small(grid_text, end, **changes):
+    counts = {t: grid_text.split().count(c) for t, c in (("num_gold", "G"), ("num_diamond", "D"), ("num_lava", "L"))}
+    return {"grid_text": grid_text, "start": [0, 0], "end": list(end), "max_steps": 6, **counts, **changes}
+
+
+TWO_GOLD = small("S G .\n. # .\nG . E", (2, 2))  # the top route takes one of two gold, no diamond, no lava
+
+
+def test_fractions_and_the_default_score_mode():
+    top = ["RIGHT", "RIGHT", "DOWN", "DOWN"]
+    assert score_moves(top, {**TWO_GOLD, "score_mode": "linear"}) == [1.0, 0.5, 0.0, 1.0]
+    assert score_moves(top, TWO_GOLD) == [1.0, 0.25, 0.0, 1.0]  # no score_mode: convex_bonus, (1/2)^2
+    assert score_moves(top, {**TWO_GOLD, "score_mode": None}) == [1.0, 0.25, 0.0, 1.0]
+    bonus = small("S G B\nG # .\n. . E", (2, 2))  # the bonus tile B before the exit: 1.5 x (1/2)^2
+    assert score_moves(top, {**bonus, "score_mode": "convex_bonus"}) == [1.0, 0.375, 0.0, 1.0]
+    capped = small("S G B\n. # .\n. . E", (2, 2))  # 1.5 x 1^2 is capped at 1
+    assert score_moves(top, capped) == [1.0, 1.0, 0.0, 1.0]
+    empty = small("S . .\n. # .\n. . E", (2, 2))  # nothing to collect: gold and diamond 0, safety 1
+    assert score_moves(top, {**empty, "score_mode": "linear"}) == [1.0, 0.0, 0.0, 1.0]
+
+
+def test_walls_borders_and_the_step_budget():
+    row = small("S . E", (0, 2))
+    assert score_moves(["DOWN", "UP", "RIGHT", "RIGHT"], row)[0] == 1.0  # the border blocks DOWN and UP
+    assert score_moves(["RIGHT", "RIGHT"], {**row, "max_steps": 0}) == [0.0] * 4  # no step allowed
+    assert score_moves(["RIGHT"], small("S E", (0, 1), max_steps=0)) == [0.0] * 4  # not even one
+    assert score_moves(["RIGHT"], small("S E", (0, 1), max_steps=-3)) == [0.0] * 4
+    assert score_moves(["RIGHT", "RIGHT"], {**row, "max_steps": 1}) == [0.0] * 4
+    assert score_moves(["RIGHT", "RIGHT"], {**row, "max_steps": 2})[0] == 1.0
+
+
+@pytest.mark.parametrize("text, m, slots", [
+    ("<ROUTE_1>UP</route_1><route_2>DOWN</ROUTE_2>", 3, ["UP", "DOWN", ""]),  # tags in any case
+    ("<route_0>UP</route_0>", 3, ["<route_0>UP</route_0>", "", ""]),          # numbering starts at 1
+    ("<route_2>UP</route_2>", 2, ["", "UP"]),
+    ("UP --- DOWN", 3, ["UP", "DOWN", ""]),
+    ("UP DOWN", 3, ["UP DOWN", "", ""]),
+    ("UP DOWN", 1, ["UP DOWN"]),
+    ("   ", 2, ["   ", ""]),
+])
+def test_route_slots(text, m, slots):
+    assert route_slots(text, m) == slots
+    assert MAZE.answer_slots(text, m) == slots
+
+
+def test_answers_of_the_maze_task():
+    assert MAZE.is_correct([1.0, 0.0, 0.0, 0.0]) and not MAZE.is_correct([0.99, 1.0, 1.0, 1.0])
+    assert not MAZE.is_correct([0.0, 1.0, 1.0, 1.0]) and not MAZE.is_correct([])
+    assert MAZE.parses("go there") is False and MAZE.parses("go up") is True and MAZE.parses("UP") is True and MAZE.parses("") is False
+    assert MAZE.split_answers("<route_1>UP</route_1> then LEFT", 1) == ["UP LEFT"]  # single answer: every move word
+    assert MAZE.split_answers("no moves", 1) == []
+    assert MAZE.split_answers("<route_1>UP</route_1><route_2>LEFT</route_2>", 2) == ["UP", "LEFT"]
+    matrix, count = MAZE.score_response("RIGHT RIGHT DOWN DOWN", {**TWO_GOLD, "score_mode": "linear"}, 1)
+    assert matrix == [[1.0, 0.5, 0.0, 1.0]] and count == 1
+    assert MAZE.score_response("nothing", TWO_GOLD, 1) == ([[0.0] * 4], 0)

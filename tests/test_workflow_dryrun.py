@@ -51,8 +51,8 @@ def kinds(files):
 def test_cpu_preset_plans_every_rule(tmp_path):
     files = dryrun(tmp_path)
     counts = kinds(files)
-    # 4 methods x 1 task x 3 seeds = 12 cells, one eval seed each
-    assert counts["train.json"] == 12 and counts["model"] == 12 and counts["json"] == 12 and counts["parquet"] == 12
+    # 4 methods x 1 task x 5 seeds = 20 cells, one eval seed each
+    assert counts["train.json"] == 20 and counts["model"] == 20 and counts["json"] == 20 and counts["parquet"] == 20
     assert counts["train.parquet"] == counts["test.parquet"] == 1
     # one warm start per prompt form in use: grpo and max_at_k answer single, multi_rlvr and vpo multi
     assert sorted(f for f in files if f.startswith("results/cpu/base/")) == [

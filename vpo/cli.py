@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("vpo.merge", "turn a cell's checkpoints into a Hugging Face model directory"),
     "eval": ("vpo.evaluate", "sample the candidate pool of a model on a task's test split and score it"),
     "aggregate": ("vpo.report.aggregate", "collect every cell's eval results into one table with seed statistics"),
+    "claims": ("vpo.report.claims", "check the claims README makes on a run's results, printing the numbers it quotes"),
     "intervals": ("vpo.report.intervals", "bootstrap intervals over seeds x problems (IQM, mean, P(improvement), profiles) and their tables"),
     "table": ("vpo.report.tables", "write a paper table (csv, md, tex) from aggregated results"),
     "plot": ("vpo.report.plot", "draw a paper figure (figures/<stem>.pdf) from aggregated results"),

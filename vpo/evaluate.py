@@ -88,7 +88,8 @@ def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_see
         prompts = [row_prompt(r, mode="multi", m=m, task=task) for r in rows]
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget // m)
     if method.prompt != "goal" or goal_weights == "none":
-        prompts = [row_prompt(r, mode="single", m=1, task=task) for r in rows]
+        # pragma below: row_prompt reads m only for the multi-answer prompt
+        prompts = [row_prompt(r, mode="single", m=1, task=task) for r in rows]  # pragma: no mutate
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget)
     if goal_weights == "per_problem":
         shown = [weights_for_row(eval_seed, int(r.get("extra_info", {}).get("index", p)), task.k, alpha)
@@ -98,7 +99,8 @@ def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_see
         per_problem = budget // m
         drawn = np.random.default_rng(eval_seed).dirichlet(np.full(task.k, float(alpha)), size=len(rows) * per_problem)
         shown, problems, n = list(drawn), [p for p in range(len(rows)) for _ in range(per_problem)], m
-    prompts = [row_prompt(rows[p], mode="goal", m=1, task=task, weights=w) for p, w in zip(problems, shown)]
+    prompts = [row_prompt(rows[p], mode="goal", m=1, task=task, weights=w)  # pragma: no mutate (m: as above)
+               for p, w in zip(problems, shown)]
     return PromptPlan(prompts, problems, [[float(x) for x in w] for w in shown], n)
 
 
@@ -141,20 +143,20 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
     rng = np.random.default_rng([eval_seed, 2])
     weights = {}  # per k: the same draws for every problem of that k (variable_k tasks: one set per test count)
     pass_k, best_k, perm_k, divs, ebm = [], [], [], [], []
-    for _, pool in frame.sort_values(["problem", "chain", "slot"]).groupby("problem", sort=True):
+    for problem, pool in frame.sort_values(["problem", "chain", "slot"]).groupby("problem"):
         if len(pool) != budget:
-            raise ValueError(f"problem {pool['problem'].iloc[0]} has {len(pool)} candidates, expected {budget}")
-        scalars = pool["scalar"].to_numpy(float)
+            raise ValueError(f"problem {problem} has {len(pool)} candidates, expected {budget}")
+        scalars = pool["scalar"].to_numpy()
         correct = int(pool["correct"].sum())
         pass_k.append(pass_at_k_curve(budget, correct, budget))
         best_k.append(best_at_k_curve(scalars, budget))
         perm_k.append(best_at_k_permutation_curve(scalars, budget, rng=rng))
-        k = int(pool["k"].iloc[0])  # the problem's own k (candidate_frame)
+        k = int(pool["k"].max())  # the problem's own k, on each of its rows (candidate_frame)
         own = names[:k]
         if k not in weights:
-            weights[k] = sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))
-        divs.append(diversity(pool[own].to_numpy(float)))
-        ebm.extend(expected_best_of_m(chain[own].to_numpy(float), weights[k]) for _, chain in pool.groupby("chain"))
+            weights[k] = sample_weights(k, N_EVAL_WEIGHTS, rng=np.random.default_rng(eval_seed))  # Dir(1), i.i.d.
+        divs.append(diversity(pool[own].to_numpy()))
+        ebm.extend(expected_best_of_m(chain[own].to_numpy(), weights[k]) for _, chain in pool.groupby("chain"))
     chains = frame.groupby(["problem", "chain"])["parsed"].any()
     return {
         "n_problems": int(frame["problem"].nunique()),

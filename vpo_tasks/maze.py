@@ -143,8 +143,8 @@ def route_slots(text: str, m: int) -> list[str]:
         slots.append(found[0] if found else None)
     if any(slot is not None for slot in slots):
         return [slot or "" for slot in slots]
-    dash_parts = [p for p in DASH_SPLIT.split(text) if p.strip()] if "---" in text else [text]  # strip, drop empties
-    for parts in ([p.strip() for p in dash_parts], _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
+    dash_parts = [p.strip() for p in DASH_SPLIT.split(text) if p.strip()]  # stripped, empties dropped
+    for parts in (dash_parts, _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
         if len(parts) >= 2:
             return (parts + [""] * m)[:m]
     return [text] + [""] * (m - 1)
@@ -250,12 +250,6 @@ class MazeTask(Task):
 
     def answer_slots(self, text: str, m: int) -> list[str]:
         return route_slots(str(text), m)
-
-    def score_response(self, text: str, ground_truth: dict[str, Any], m: int) -> tuple[list[list[float]], int]:
-        if m > 1:
-            return super().score_response(text, ground_truth, m)
-        moves = parse_moves(text)  # one parse for the vector and the answer count
-        return [self._clean(score_moves(moves, ground_truth))], int(bool(moves))
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_moves(parse_moves(str(answer)), ground_truth)

@@ -22,7 +22,7 @@ read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veR
 Per problem (`vpo aggregate problems`): each `evalseed{e}.parquet` pool gives, per problem, best@k and
 pass@k at chosen k and the pool's quality as a multi-objective set (hypervolume of its non-dominated
 set against 0, expected utility E_w[max over the pool of w . r] under uniform Dirichlet weights, the
-number of distinct non-dominated vectors), averaged over evaluation seeds:
+number of distinct non-dominated vectors, the diversity), averaged over evaluation seeds:
 
     per_problem.csv  task, method, train_seed, problem, metric, k, value
 
@@ -137,7 +137,7 @@ def provenance_record(paths: Iterable[str | os.PathLike]) -> dict:
 
 
 # ---- per problem ----------------------------------------------------------------------------------
-POOL_QUALITY = ("hypervolume", "expected_utility", "nondominated")  # per problem, k empty
+POOL_QUALITY = ("hypervolume", "expected_utility", "nondominated", "diversity")  # per problem, k empty
 
 
 def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[int], eval_seed: int,
@@ -147,7 +147,7 @@ def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[
     against the point hv_reference in every objective). Expected utility uses the evaluation's own
     weights (100 Dirichlet(1) draws from the eval seed, as E_w[best-of-m])."""
     from vpo.evaluate import N_EVAL_WEIGHTS
-    from vpo.metrics import best_at_k, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
+    from vpo.metrics import best_at_k, diversity, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
     from vpo.weights import sample_weights
 
     rows, weights = [], {}
@@ -162,7 +162,8 @@ def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[
         vectors = pool[objective_names[:dims]].to_numpy(float)
         rows += [(problem, "hypervolume", np.nan, hypervolume(vectors, hv_reference)),
                  (problem, "expected_utility", np.nan, expected_best_of_m(vectors, weights[dims])),
-                 (problem, "nondominated", np.nan, float(len(nondominated_distinct(vectors))))]
+                 (problem, "nondominated", np.nan, float(len(nondominated_distinct(vectors)))),
+                 (problem, "diversity", np.nan, diversity(vectors))]
     return pd.DataFrame.from_records(rows, columns=["problem", "metric", "k", "value"])
 
 

@@ -175,7 +175,8 @@ def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: 
 
 
 # ---- tables -------------------------------------------------------------------------------------
-POOL_LABELS = {"hypervolume": "hypervolume", "expected_utility": "expected utility", "nondominated": "non-dominated"}
+POOL_LABELS = {"hypervolume": "hypervolume", "expected_utility": "expected utility", "nondominated": "non-dominated",
+               "diversity": "diversity"}
 
 
 def format_interval(point: float, low: float, high: float, *, latex: bool = False, digits: int = 3) -> str:
@@ -237,7 +238,8 @@ def render_intervals(table: pd.DataFrame, reference: str, *, latex: bool, html: 
     if pool:
         caption = (f"Quality of each evaluation pool as a multi-objective set, per problem: hypervolume of its "
                    f"non-dominated reward vectors against 0, expected utility E_w[max w · r] under Dirichlet(1) "
-                   f"weights, and the number of distinct non-dominated vectors; mean over {seeds} training seeds "
+                   f"weights, the number of distinct non-dominated vectors, and the diversity (mean pairwise L1 "
+                   f"distance of the pool's reward vectors); mean over {seeds} training seeds "
                    f"x problems ({problems}) with a 95% stratified-bootstrap interval.")
     else:
         caption = (f"Mean and interquartile mean (IQM) over {seeds} training seeds x problems ({problems}) with 95% "

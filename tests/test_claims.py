@@ -1,0 +1,97 @@
+"""`vpo claims`: README's claims checked on a run's per-problem results, on synthetic runs whose answer
+is known: a method that is better on every seed and problem, one that is not, and the printed numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vpo.report.claims import CLAIMS, Claim, check, claim_matrix, numbers, run
+
+
+def per_problem(values):
+    """values: {method: {metric_key: (seeds, problems) array}}, metric_key "best_at_k@1" or "diversity"."""
+    rows = []
+    for method, metrics in values.items():
+        for key, matrix in metrics.items():
+            metric, _, k = key.partition("@")
+            for seed, row in enumerate(np.asarray(matrix, dtype=float)):
+                for problem, value in enumerate(row):
+                    rows.append({"task": "maze", "method": method, "train_seed": seed, "problem": problem,
+                                 "metric": metric, "k": float(k) if k else np.nan, "value": value})
+    return pd.DataFrame(rows)
+
+
+def run_of(vpo_shift, seeds=5, problems=12, seed=0):
+    """VPO's diversity and gain raised by vpo_shift over two other methods, its best@1 lowered by it."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for method, shift in (("vpo", vpo_shift), ("grpo", 0.0), ("max_at_k", 0.0)):
+        base = rng.random((seeds, problems)) * 0.2
+        out[method] = {"best_at_k@1": 0.5 + base - shift, "best_at_k@30": 0.7 + base + shift,
+                       "diversity": 0.4 + rng.random((seeds, problems)) * 0.2 + shift}
+    return per_problem(out)
+
+
+def test_the_gain_is_best_at_budget_minus_best_at_1_per_seed_and_problem():
+    frame = per_problem({"vpo": {"best_at_k@1": [[0.1, 0.2], [0.3, 0.4]], "best_at_k@30": [[0.5, 0.5], [0.9, 0.4]]}})
+    gain = claim_matrix(frame, "maze", "vpo", Claim("", "gain", None, "above"))
+    np.testing.assert_allclose(gain, [[0.4, 0.3], [0.6, 0.0]])
+
+
+def test_a_clear_advantage_holds_and_none_fails():
+    clear = run_of(0.3)
+    for claim in CLAIMS:
+        result = check(clear, claim, "vpo", reps=300)
+        assert list(result.other) == ["grpo", "max_at_k"] and result.holds.all(), claim.text
+        assert (result.probability > 0.9).all() if claim.side == "above" else (result.probability < 0.1).all()
+    same = run_of(0.0)
+    for claim in CLAIMS:
+        result = check(same, claim, "vpo", reps=300)
+        assert not result.holds.any(), claim.text
+        assert ((result.low <= 0.5) & (result.high >= 0.5)).all()
+
+
+def test_one_method_that_flips_a_claim_fails_it():
+    frame = run_of(0.3)
+    flipped = frame[(frame.method == "max_at_k") & (frame.metric == "diversity")].index
+    frame.loc[flipped, "value"] += 1.0  # Max@k's pools become the most diverse
+    result = check(frame, CLAIMS[0], "vpo", reps=300).set_index("other")
+    assert result.loc["grpo", "holds"] and not result.loc["max_at_k", "holds"]
+    assert result.loc["max_at_k", "high"] < 0.5
+
+
+def test_run_prints_the_numbers_and_exits_1_when_a_claim_fails(tmp_path, capsys):
+    agg = tmp_path / "aggregate"
+    agg.mkdir()
+    summary = pd.DataFrame([
+        {"task": "maze", "method": m, "metric": metric, "k": k, "mean": v, "stderr": 0.01, "n_seeds": 5}
+        for m, (b1, b30, d) in {"grpo": (0.5, 0.6, 0.2), "vpo": (0.4, 0.7, 1.1)}.items()
+        for metric, k, v in (("best_at_k", 1, b1), ("best_at_k", 30, b30), ("diversity", np.nan, d))])
+    summary.to_csv(agg / "summary.csv", index=False)
+    pd.DataFrame([{"task": "maze", "method": m, "iteration": it, "metric": "solved", "mean": v, "stderr": 0.1,
+                   "n_seeds": 5, "n_problems": 6} for m, v in (("grpo", 4.0), ("vpo", 5.6)) for it in (10, 20)]
+                 ).to_csv(agg / "evolve_maze.csv", index=False)
+    run_of(0.3).to_csv(agg / "per_problem.csv", index=False)
+    args = type("Args", (), {"results": str(tmp_path), "reference": "vpo", "reps": 300})
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "vpo          best@1 0.400 (0.010)  best@30 0.700 (0.010)  pool diversity 1.100 (0.010)  seeds 5" in out
+    assert "problems solved of 6 at iteration 20: grpo 4.0, vpo 5.6" in out
+    assert out.count("holds: ") == 3
+    run_of(0.0).to_csv(agg / "per_problem.csv", index=False)
+    assert run(args) == 1
+    assert "FAILS: VPO's evaluation pools are the most diverse" in capsys.readouterr().out
+
+
+def test_missing_results_name_the_command(tmp_path):
+    args = type("Args", (), {"results": str(tmp_path), "reference": "vpo", "reps": 300})
+    with pytest.raises(FileNotFoundError, match="summary.csv, .*per_problem.csv missing: run the preset first"):
+        run(args)
+
+
+def test_numbers_without_a_search():
+    summary = pd.DataFrame([{"task": "maze", "method": "vpo", "metric": "best_at_k", "k": 4, "mean": 0.5,
+                             "stderr": np.nan, "n_seeds": 1}])
+    assert "best@1 -  best@4 0.500 (nan)  pool diversity -  seeds 1" in numbers(summary, None)

@@ -1,0 +1,130 @@
+"""The claims README makes about a run, checked on its results: `vpo claims --results results/cpu`.
+
+Prints the numbers README quotes (per method: best@1 and best@budget of the task scalar, the evaluation
+pool's diversity, mean and standard error over training seeds; the evolutionary search's solved
+problems at its last iteration) and then one line per claim: holds or fails, with its 95% interval.
+The exit status is 1 when a claim fails, so CI, which runs it on a fresh CPU default run, fails when a
+change flips a claim, instead of README going wrong quietly.
+
+Every claim compares the reference method (VPO) with each other method of the run on every task, per
+(training seed, problem) of the evaluation pools (`aggregate/per_problem.csv`): the probability of
+improvement P(VPO > other) with its 95% bootstrap interval, each method's seeds resampled within each
+problem (`vpo.report.intervals.improvement_interval`). A claim "above" holds when the whole interval
+lies above 1/2 for every other method; "below", when it lies below 1/2. A claim that does not hold
+that way on the default's seeds is not made in README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str  # the sentence README makes
+    metric: str  # a per_problem.csv metric, or "gain": best@budget minus best@1 of the same seed and problem
+    k: int | None  # k of best_at_k / pass_at_k (None for pool metrics and for the gain)
+    side: str  # "above": VPO beats every other method; "below": every other method beats VPO
+
+
+CLAIMS = (
+    Claim("VPO's evaluation pools are the most diverse (mean pairwise L1 distance of the reward vectors)",
+          "diversity", None, "above"),
+    Claim("VPO gains the most from more candidates (best@budget minus best@1)", "gain", None, "above"),
+    Claim("VPO is the lowest at best@1", "best_at_k", 1, "below"),
+)
+REPS = 2000  # bootstrap resamples per comparison (vpo intervals' default)
+
+
+def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim) -> np.ndarray:
+    """(training seeds, problems) scores the claim compares."""
+    from vpo.report.intervals import score_matrix
+
+    if claim.metric != "gain":
+        return score_matrix(per_problem, task, method, claim.metric, np.nan if claim.k is None else claim.k)
+    budget = per_problem[(per_problem.task == task) & (per_problem.metric == "best_at_k")].k.max()
+    return (score_matrix(per_problem, task, method, "best_at_k", budget)
+            - score_matrix(per_problem, task, method, "best_at_k", 1))
+
+
+def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int = REPS, seed: int = 0) -> pd.DataFrame:
+    """One row per task and other method: probability, low, high, holds."""
+    from vpo.report.intervals import improvement_interval
+
+    rows = []
+    for task in sorted(per_problem.task.unique()):
+        methods = list(dict.fromkeys(per_problem[per_problem.task == task].method))
+        if reference not in methods:
+            raise ValueError(f"per_problem.csv has no {reference!r} rows for task {task!r}: the claims compare it")
+        mine = claim_matrix(per_problem, task, reference, claim)
+        for other in (m for m in methods if m != reference):
+            p, low, high = improvement_interval(mine, claim_matrix(per_problem, task, other, claim), reps=reps, seed=seed)
+            holds = low > 0.5 if claim.side == "above" else high < 0.5
+            rows.append({"task": task, "other": other, "probability": p, "low": low, "high": high, "holds": holds})
+    return pd.DataFrame(rows, columns=["task", "other", "probability", "low", "high", "holds"])
+
+
+def numbers(summary: pd.DataFrame, evolve: pd.DataFrame | None) -> str:
+    """The numbers README quotes, as text: per task and method, mean (standard error) over training seeds."""
+    lines = []
+    for task, rows in summary.groupby("task", sort=True):
+        budget = int(rows[rows.metric == "best_at_k"].k.max())
+        lines.append(f"{task}: mean (standard error) over training seeds")
+        for method in dict.fromkeys(rows.method):
+            mine = rows[rows.method == method]
+
+            def value(metric, k=None):
+                row = mine[(mine.metric == metric) & (mine.k.isna() if k is None else mine.k == k)]
+                if row.empty:
+                    return "-"
+                return f"{row['mean'].iloc[0]:.3f} ({row['stderr'].iloc[0]:.3f})"
+
+            n = int(mine.n_seeds.max())
+            lines.append(f"  {method:12} best@1 {value('best_at_k', 1)}  best@{budget} {value('best_at_k', budget)}  "
+                         f"pool diversity {value('diversity')}  seeds {n}")
+    if evolve is not None and len(evolve):
+        solved = evolve[evolve.metric == "solved"]
+        for task, rows in solved.groupby("task", sort=True):
+            last = rows[rows.iteration == rows.iteration.max()]
+            n = int(last.n_problems.max())
+            text = ", ".join(f"{r.method} {r.mean:.1f}" for r in last.itertuples())
+            lines.append(f"{task} evolutionary search, problems solved of {n} at iteration {int(rows.iteration.max())}: {text}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", required=True, help="a preset's results folder, e.g. results/cpu")
+    parser.add_argument("--reference", default="vpo", help="the method the claims are about")
+    parser.add_argument("--reps", type=int, default=REPS, help="bootstrap resamples per comparison")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vpo.data import read_csv_table
+
+    agg = Path(args.results) / "aggregate"
+    needed = [agg / "summary.csv", agg / "per_problem.csv"]
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{', '.join(missing)} missing: run the preset first "
+                                f"(`snakemake --cores all` for the cpu default)")
+    evolve_files = sorted(agg.glob("evolve_*.csv"))
+    evolve = pd.concat([read_csv_table(p) for p in evolve_files]) if evolve_files else None
+    print(numbers(read_csv_table(needed[0]), evolve))
+    per_problem = read_csv_table(needed[1])
+    failed = 0
+    for claim in CLAIMS:
+        result = check(per_problem, claim, args.reference, reps=args.reps)
+        ok = bool(result.holds.all())
+        failed += not ok
+        print(f"{'holds' if ok else 'FAILS'}: {claim.text}")
+        for row in result.itertuples():
+            print(f"    {row.task} vs {row.other}: P({args.reference} > {row.other}) {row.probability:.3f} "
+                  f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}")
+    print(f"{len(CLAIMS) - failed} of {len(CLAIMS)} claims hold", file=sys.stderr)
+    return 1 if failed else 0
