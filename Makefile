@@ -114,7 +114,7 @@ mutation: $(TEST_STAMP)
 # prints the numbers README quotes, and fails when a claim does not hold (CI runs it on a fresh run).
 claims: $(STAMP)
 	$(VENV)/bin/snakemake --cores all results/cpu/aggregate/summary.csv results/cpu/aggregate/per_problem.csv \
-	    results/cpu/aggregate/evolve_maze.csv
+	    results/cpu/aggregate/evolve_maze.csv results/cpu/aggregate/training_curves.csv
 	$(VENV)/bin/vpo claims --results results/cpu
 
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.

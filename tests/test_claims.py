@@ -74,15 +74,27 @@ def test_run_prints_the_numbers_and_exits_1_when_a_claim_fails(tmp_path, capsys)
                    "n_seeds": 5, "n_problems": 6} for m, v in (("grpo", 4.0), ("vpo", 5.6)) for it in (10, 20)]
                  ).to_csv(agg / "evolve_maze.csv", index=False)
     run_of(0.3).to_csv(agg / "per_problem.csv", index=False)
+    curves = pd.DataFrame([{"task": "maze", "method": method, "seed": seed, "step": step, "advantage_draw_std": np.nan,
+                            "pool_diversity": (1.0 + seed / 10 if step <= 5 else 0.25) if method == "grpo" else 0.8}
+                           for method in ("grpo", "vpo") for seed in (0, 1) for step in range(1, 21)])
+    curves.to_csv(agg / "training_curves.csv", index=False)
     args = type("Args", (), {"results": str(tmp_path), "reference": "vpo", "reps": 300})
     assert run(args) == 0
     out = capsys.readouterr().out
     assert "vpo          best@1 0.400 (0.010)  best@30 0.700 (0.010)  pool diversity 1.100 (0.010)  seeds 5" in out
     assert "problems solved of 6 at iteration 20: grpo 4.0, vpo 5.6" in out
-    assert out.count("holds: ") == 3
+    assert "maze training, grpo: pool diversity 1.05 at step 1, 0.25 at step 20 (mean over 2 seeds)" in out
+    assert out.count("holds: ") == 4 and "holds: grpo's batch pool diversity falls during training" in out
+    assert "    maze seed 1: 1.10 -> 0.25" in out
     run_of(0.0).to_csv(agg / "per_problem.csv", index=False)
     assert run(args) == 1
     assert "FAILS: VPO's evaluation pools are the most diverse" in capsys.readouterr().out
+    run_of(0.3).to_csv(agg / "per_problem.csv", index=False)
+    curves.loc[(curves.method == "grpo") & (curves.seed == 1) & (curves.step > 10), "pool_diversity"] = 1.5
+    curves.to_csv(agg / "training_curves.csv", index=False)  # one GRPO seed whose diversity rises
+    assert run(args) == 1
+    out = capsys.readouterr().out
+    assert "FAILS: grpo's batch pool diversity falls" in out and "maze seed 1: 1.10 -> 1.50  <- fails" in out
 
 
 def test_missing_results_name_the_command(tmp_path):

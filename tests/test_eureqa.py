@@ -156,3 +156,10 @@ def test_unreachable_hub_fails_fast_naming_the_path_setting(tmp_path):
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode != 0 and time.time() - start < 30
     assert "task_settings.eureqa.data.path" in done.stderr
+
+
+def test_missing_entities_are_empty_and_one_entity_parses():
+    from vpo_tasks.eureqa import EUREQA, parse_entities
+
+    assert parse_entities("<entity_B> Paris </entity_B>") == ["", "Paris", "", "", ""]
+    assert EUREQA.parses("<entity_E>x</entity_E>") and not EUREQA.parses("x") and not EUREQA.parses("<entity_A> </entity_A>")

@@ -18,7 +18,7 @@ from vpo.reward import compute_score
 from vpo_tasks import lcb, lcb_sources
 from vpo_tasks.lcb import LCB
 from vpo_tasks.lcb_sources import UndecodableTests, decode_tests
-from vpo_tasks.lcb_grading import extract_code, fingerprint, split_solutions, stdout_matches
+from vpo_tasks.lcb_grading import extract_code, fingerprint, has_code_block, split_solutions, stdout_matches
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lcb"
 LOCAL = {"source": "livecodebench", "livecodebench": {"path": str(FIXTURE)}}
@@ -242,3 +242,97 @@ def test_a_huge_program_is_not_parsed_in_the_scoring_process():
         assert not compiles(huge) and fingerprint(huge).startswith("text:")
     small = "x = 1\n" * (MAX_PROGRAM_CHARS // 12)
     assert compiles(small) and fingerprint(small).startswith("ast:")
+
+
+# ---- reading and grading, function by function ---------------------------------------------------
+@pytest.mark.parametrize("text, code", [
+    ("```python\nx = 1", "x = 1"),                                  # unterminated, at the very start
+    ("see\n```python\ny = 2", "y = 2"),                              # unterminated, later
+    ("```\nx = 1\n```", "x = 1"),                                   # bare fences
+    ("```cpp\nint x;\n```", "int x;"),                               # the info string is dropped
+    ("```\nab```", "ab"),                                            # the body starts after the newline
+    ("```x = 1```", ""),                                             # a one-line pair holds only an info string
+    ("``````", ""),                                                  # an empty pair
+    ("```\na\n```\nb\n```", "a"),                                    # the first pair, not the last fence
+    ("  no fences  ", "no fences"),
+])
+def test_extract_code_reads_each_fence_form(text, code):
+    assert extract_code(text) == code
+
+
+def test_has_code_block_needs_a_fence_with_code():
+    assert has_code_block("```python\nx = 1\n```") and has_code_block("```\nx\n```")
+    assert not has_code_block("x = 1") and not has_code_block("```\n```") and not has_code_block(None)
+
+
+def test_fingerprint_and_compiles_at_the_size_limit():
+    from vpo_tasks.lcb_grading import MAX_PROGRAM_CHARS, compiles
+
+    at_limit = "x = 1" + " " * (MAX_PROGRAM_CHARS - 5)
+    assert len(at_limit) == MAX_PROGRAM_CHARS
+    assert fingerprint(at_limit).startswith("ast:") and compiles(at_limit)
+    assert fingerprint(at_limit + " ") == "text:x = 1" and not compiles(at_limit + " ")
+    assert fingerprint("X = (1 +\n  2") == "text:x = (1 + 2"  # does not parse: the words, lower-cased
+    assert not compiles("def f(:\n") and compiles("def f():\n    return 1\n")
+
+
+def test_stdout_rules_line_by_line():
+    assert stdout_matches("1\r\n2\r\n\r\n", "1\n2", "exact") and not stdout_matches("1\n2", "1\n 2", "exact")
+    assert stdout_matches("1 \n 2", "1\n2", "official") and stdout_matches("1\n2", " 1 \n2 ", "official")
+    assert not stdout_matches("1\n2", "1\n3", "official")         # a later line differs
+    assert stdout_matches("1.0 2\nyes", "1 2.00\nyes", "official")  # numbers compare as numbers
+    assert not stdout_matches("abc", "1", "official") and not stdout_matches("1", "abc", "official")
+    assert not stdout_matches("1 2", "1", "official") and not stdout_matches("a b", "a c", "official")
+    with pytest.raises(ValueError, match=r"^unknown stdin comparison rule 'fuzzy'; one of "):
+        stdout_matches("1", "1", "fuzzy")
+
+
+def test_functional_results_and_single_test_grading():
+    from types import SimpleNamespace
+
+    from vpo_tasks.lcb_grading import functional_result, passed
+
+    assert functional_result("x\n@@m@@[1, 2]\n", "@@m@@") == (True, [1, 2])
+    assert functional_result("@@m@@[1, 2\n", "@@m@@") == (False, None)  # not JSON
+    assert functional_result("[1, 2]\n", "@@m@@") == (False, None)      # no marked line
+    ok = SimpleNamespace(status="ok", stdout="1.0\n")
+    assert passed(ok, "1", {"testtype": "stdin"}, "") == 1.0              # the official rule by default
+    assert passed(ok, "1", {"testtype": "stdin", "compare": "exact"}, "") == 0.0
+    assert passed(SimpleNamespace(status="timeout", stdout="1\n"), "1", {"testtype": "stdin"}, "") == 0.0
+    functional = {"testtype": "functional"}
+    assert passed(SimpleNamespace(status="ok", stdout="@@m@@3\n"), "3", functional, "@@m@@") == 1.0
+    assert passed(SimpleNamespace(status="ok", stdout="@@m@@3\n"), "not json", functional, "@@m@@") == 0.0
+
+
+def test_programs_for_tests_carry_limits_inputs_and_a_fresh_marker():
+    import re
+
+    from vpo_tasks.lcb_grading import programs_for_tests
+
+    stdin_truth = {"testtype": "stdin", "inputs": ["1\n", "2\n"]}
+    programs, marker = programs_for_tests("print(input())", stdin_truth)
+    assert [(p.code, p.stdin, p.timeout_s, p.memory_mb) for p in programs] == [
+        ("print(input())", "1\n", 6.0, 2048), ("print(input())", "2\n", 6.0, 2048)]  # the defaults
+    assert re.fullmatch(r"@@vpo-result-[0-9a-f]{16}@@", marker)
+    assert programs_for_tests("x", stdin_truth)[1] != marker
+    functional = {"testtype": "functional", "fn_name": "f", "inputs": ["3"], "timeout_s": 2.5, "memory_mb": 512}
+    (program,), marker = programs_for_tests("def f(x):\n    return x", functional)
+    assert (program.stdin, program.timeout_s, program.memory_mb) == ("", 2.5, 512)
+    assert marker in program.code and "def f(x)" in program.code
+
+
+def test_code_that_does_not_compile_is_not_run(monkeypatch):
+    from vpo_tasks import lcb_grading
+
+    ran = []
+    real = lcb_grading.run_programs
+
+    def recording(programs, **kwargs):
+        ran.extend(p.code for p in programs)
+        return real(programs, **kwargs)
+
+    monkeypatch.setattr(lcb_grading, "run_programs", recording)
+    truth = {"testtype": "stdin", "inputs": ["2\n"], "outputs": ["4\n"], "timeout_s": 5.0}
+    rows = lcb_grading.score_programs(["print(int(input(", "", "print(2 * int(input()))"], truth, workers=1)
+    assert rows == [[0.0], [0.0], [1.0]]  # the program after a broken one is still scored
+    assert ran == ["print(2 * int(input()))"]

@@ -209,3 +209,19 @@ def test_one_megabyte_response_is_scored_quickly():
             compute_score("musique", text, gt, {"num_solutions": m})
             slowest = max(slowest, time.perf_counter() - start)
     assert slowest < 0.5  # the budget is 50 ms (benchmarks/scorers.py prints it); margin for a loaded CI machine
+
+
+def test_token_f1_edges():
+    assert mq.best_token_f1("Paris", ["", "Paris"]) == 1.0  # an empty alias does not end the search
+    assert mq.best_token_f1("the", ["a"]) == 1.0              # both normalise to nothing: equal
+    assert mq.best_token_f1("the", ["Paris"]) == 0.0 and mq.best_token_f1("Paris", ["the"]) == 0.0
+    assert mq.best_token_f1("New York City", ["new york"]) == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
+
+
+def test_answers_without_aliases_or_support():
+    truth = {"answer": "Paris", "supporting_indices_ordered": [3, 7]}  # no answer_aliases key
+    assert mq.score_answer("<answer>Paris</answer>", truth) == [0.0, 0.0, 1.0, 1.0, 1.0]
+    assert mq.cited_indices("no support block") == [] and mq.cited_indices("<support>2, x, 5</support>") == [2, 5]
+    task = mq.MUSIQUE
+    assert task.parses("<answer>Paris</answer>") and not task.parses("<answer>  </answer>")
+    assert not task.parses("Paris") and not task.parses("<ANSWER>Paris</ANSWER>")

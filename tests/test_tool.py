@@ -110,9 +110,58 @@ def test_value_match(pred, gold, expected):
 def test_alignment_prefers_name_then_keys_and_first_on_ties():
     gold = [{"name": "a", "parameters": {"x": 1}}]
     pred = [{"name": "b", "parameters": {"x": 1}}, {"name": "a", "parameters": {}}, {"name": "a", "parameters": {}}]
-    pairs = tool.align(pred, gold)
+    pairs = tool.align(pred, gold, ["b", "a", "a"])
     assert pairs[0][1] is pred[1] and [p for g, p in pairs if g is None] == [pred[0], pred[2]]
-    assert tool.align([{"name": "", "parameters": {}}], [{"name": "", "parameters": {"k": 1}}])[0][1] is not None
+    assert tool.align([{"name": "", "parameters": {}}], [{"name": "", "parameters": {"k": 1}}], [""])[0][1] is not None
+
+
+def call(name, **parameters):
+    return {"name": name, "parameters": parameters}
+
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    # the name and every key beat the name alone, even when the name alone comes first
+    ([call("f"), call("f", a=1, b=2)], [call("f", a=1, b=2)], 1),
+    ([call("f", a=1), call("f", a=1, b=2)], [call("f", a=1, b=2)], 1),
+    # the name beats a prediction that shares every key under another name
+    ([call("g", a=1), call("f", a=2)], [call("f", a=2)], 1),
+    # a name already taken: the second gold f still prefers the remaining f over g
+    ([call("f", x=0), call("g", a=1), call("f", a=2)], [call("f", x=0), call("f", a=2)], 2),
+])
+def test_alignment_finds_the_best_prediction(pred, gold, expected):
+    pairs = tool.align(pred, gold, [p["name"] for p in pred])
+    assert pairs[len(gold) - 1][1] is pred[expected]
+
+
+def test_scores_of_calls_by_hand():
+    assert tool.score_calls([], []) == (1.0, 1.0, 1.0)
+    # f twice against one gold f(a, b): names F1 2/3; the full f pairs, the empty one is left over
+    names, keys, values = tool.score_calls([call("f"), call("f", a=1, b=2)], [call("f", a=1, b=2)])
+    assert (names, keys, values) == pytest.approx((2 / 3, 1 / 2, 1 / 2))
+    assert tool.score_calls([call("f")], [call("f")]) == (1.0, 1.0, 1.0)  # no parameters: values count as 1
+    assert tool.set_f1({"a"}, set()) == 0.0 and tool.set_f1({"a"}, {"b"}) == 0.0 and tool.set_f1(set(), set()) == 1.0
+    assert tool.multiset_f1(["a"], []) == 0.0 and tool.multiset_f1(["a", "a"], ["a"]) == pytest.approx(2 / 3)
+
+
+def test_typed_value_rules_at_their_edges():
+    assert tool.value_match("3.5", 3) == 0.0 and tool.value_match("3.0", 3) == 1.0
+    assert tool.value_match(10**20 + 1, 10**20) == 0.0          # integers compare exactly
+    assert tool.value_match(str(10**400), 10**400) == 1.0       # too large for a float: compared as text
+    assert tool.value_match("ab", ["ab"]) == 1.0                # a scalar against a list is a list of one
+    assert tool.value_match(3, "3 apples") == 0.0 and tool.value_match(3, "3") == 1.0  # a non-string: exact text
+    assert tool.normalize("Hello, World!") == "hello world"
+
+
+def test_parsing_calls_and_responses():
+    assert tool.parse_calls(None) == [] and tool.parse_calls("  ") == []
+    assert tool.parse_calls('{"arguments": {"q": 1}}') == [{"name": "", "parameters": {"q": 1}}]
+    assert tool.parse_calls('{"name": 7, "parameters": [1]}') == [{"name": "7", "parameters": {}}]
+    assert tool.parse_calls('[{"name": "a"}, 3]') == [{"name": "a", "parameters": {}}]
+    parsed = tool.parse_response("<tool_call>{}</tool_call>")
+    assert (parsed["think"], parsed["response"], parsed["has_think"]) == ("", "", False)
+    assert tool.TOOL.parses("<think>x</think>") and not tool.TOOL.parses("x") and not tool.TOOL.parses("<THINK>x</THINK>")
+    assert tool.gold_calls({}) == [] and tool.gold_calls({"tool_calls_json": '[{"parameters": 3}, 5]'}) == [
+        {"name": "", "parameters": {}}]
 
 
 def test_multi_answer_slots_and_prompt(rows):

@@ -53,8 +53,8 @@ def extract_code(text: str) -> str:
     if start >= 0:
         return text[start + len("```python"):].strip()
     first = text.find("```")
-    second = text.find("```", first + 3) if first >= 0 else -1
-    if second >= 0:
+    second = text.find("```", first + 3)  # -1 when there is no pair (no fence at all: first is -1 too)
+    if second > first:
         body = text[first + 3:second]
         newline = body.find("\n")
         return (body[newline + 1:] if newline >= 0 else "").strip()
@@ -134,6 +134,7 @@ def eval_program(candidate: str) -> str:
 # Parsing runs in the scoring process with no time limit (a 10 MB program took 12.7 s): a longer
 # program is not parsed. Responses are token-limited far below this (8192 tokens ~ 40 kB).
 MAX_PROGRAM_CHARS = 200_000
+SOURCE_NAME = "main.py"  # what compile errors name the program
 
 
 def fingerprint(code: str) -> str:
@@ -152,7 +153,7 @@ def compiles(code: str) -> bool:
     if len(code) > MAX_PROGRAM_CHARS:
         return False
     try:
-        compile(code, "main.py", "exec")
+        compile(code, SOURCE_NAME, "exec")
         return True
     except Exception:
         return False
@@ -184,9 +185,8 @@ def stdout_matches(got: str, expected: str, rule: str) -> bool:
     for have, want in zip(got_lines, want_lines):
         if have == want:
             continue
-        a, b = have.split(), want.split()
-        da, db = _decimals(a), _decimals(b)
-        if len(a) != len(b) or da is None or db is None or da != db:
+        numbers = _decimals(have.split())  # a line that differs matches only as the same numbers
+        if numbers is None or numbers != _decimals(want.split()):
             return False
     return True
 
@@ -266,7 +266,8 @@ def score_programs(codes: Sequence[str], truth: dict[str, Any], workers: int | N
         batch += programs
         where += [(i, t) for t in range(n)]
         markers += [marker] * n
-    results = run_programs(batch, workers=workers or default_workers())
+    # pragma below: how many programs run at once changes no result
+    results = run_programs(batch, workers=workers or default_workers())  # pragma: no mutate
     for (i, t), result, marker in zip(where, results, markers):
         rows[i][t] = passed(result, truth["outputs"][t], truth, marker)
     return rows

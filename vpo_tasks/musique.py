@@ -73,20 +73,21 @@ def best_token_f1(prediction: str, golds: Sequence[str]) -> float:
     best = 0.0
     for gold in golds:
         ref = normalize(gold).split()
-        if not pred or not ref:
-            best = max(best, float(pred == ref))
-            continue
         same = sum((counts & Counter(ref)).values())
         if same:
             precision, recall = same / len(pred), same / len(ref)
             best = max(best, 2 * precision * recall / (precision + recall))
+        elif pred == ref:  # no word in common and equal: both empty
+            best = 1.0
     return best
 
 
 def cited_indices(text: str) -> list[int]:
     """Indices of the first <support> block: comma-separated tokens made only of decimal digits."""
     block = first_block(text, "<support>", "</support>")
-    tokens = (token.strip() for token in (block or "").split(","))
+    if block is None:
+        return []
+    tokens = (token.strip() for token in block.split(","))
     return [int(token) for token in tokens if token.isdecimal()]
 
 

@@ -27,7 +27,7 @@ def first_block(text: str, opener: str, closer: str) -> str | None:
     if start < 0:
         return None
     end = text.find(closer, start + len(opener))
-    return None if end < 0 else text[start + len(opener):end]
+    return None if end == -1 else text[start + len(opener):end]
 
 
 def first_block_nocase(text: str, tag: str) -> str | None:

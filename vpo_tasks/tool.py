@@ -57,13 +57,13 @@ def _objects(body: str) -> list[Any]:
             value = json.loads(body)
         except (ValueError, RecursionError):
             return []
-        return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+        return [item for item in value if isinstance(item, dict)]  # text opening with "[" parses to a list
     # Fast path: the usual body, one object per line, read as one JSON array by putting a comma after
     # each `}` that ends a line before a `{`. The newline stays, and a raw newline is invalid inside
     # a JSON string, so when the joined text parses every comma fell between values and its items
     # are the objects the stream below reads (up to the first non-object).
-    try:
-        items = json.loads("[" + OBJECT_BREAK.sub("},", body) + "]")
+    try:  # pragma below: a broken fast path falls back to the stream, which reads the same objects
+        items = json.loads("[" + OBJECT_BREAK.sub("},", body) + "]")  # pragma: no mutate
     except (ValueError, RecursionError):
         return _object_stream(body)
     return list(itertools.takewhile(lambda item: isinstance(item, dict), items))
@@ -87,11 +87,9 @@ def _object_stream(body: str) -> list[dict]:
 def parse_calls(body: str | None) -> list[dict[str, Any]]:
     """[{name, parameters}] of a tool_call body; `arguments` stands in for missing `parameters`."""
     calls = []
-    for obj in _objects((body or "").strip()):
-        params = obj["parameters"] if "parameters" in obj else obj.get("arguments", {})
-        name = obj.get("name", "")
-        calls.append({"name": name if type(name) is str else str(name),
-                      "parameters": params if type(params) is dict else {}})
+    for obj in _objects(body.strip()) if body else []:
+        params = obj["parameters"] if "parameters" in obj else obj.get("arguments")
+        calls.append({"name": str(obj.get("name", "")), "parameters": params if type(params) is dict else {}})
     return calls
 
 
@@ -111,16 +109,14 @@ def normalize(value: Any) -> str:
 def multiset_f1(pred: Sequence[Any], gold: Sequence[Any]) -> float:
     if not pred and not gold:
         return 1.0
-    same = sum((Counter(pred) & Counter(gold)).values())
-    return 0.0 if same == 0 else 2 * same / (len(pred) + len(gold))
+    return 2 * sum((Counter(pred) & Counter(gold)).values()) / (len(pred) + len(gold))
 
 
 def set_f1(pred: set, gold: set) -> float:
     """F1 of two sets (1 when both are empty)."""
     if not pred and not gold:
         return 1.0
-    same = len(pred & gold)
-    return 0.0 if same == 0 else 2 * same / (len(pred) + len(gold))
+    return 2 * len(pred & gold) / (len(pred) + len(gold))
 
 
 def _number(value: Any) -> bool:
@@ -148,11 +144,10 @@ def value_match(pred: Any, gold: Any) -> float:
     return float(normalize(pred) == normalize(gold))
 
 
-def align(pred: list[dict], gold: list[dict], names: list[str] | None = None) -> list[tuple[dict | None, dict | None]]:
+def align(pred: list[dict], gold: list[dict], names: list[str]) -> list[tuple[dict | None, dict | None]]:
     """(gold, pred) pairs: each gold call greedily takes the unused prediction with the best
     100 * (same non-empty normalised name) + |shared keys|, first on ties; leftovers stay unpaired.
-    names: the predictions' normalised names, if already computed."""
-    names = names if names is not None else [normalize(p["name"]) for p in pred]
+    names: the predictions' normalised names."""
     unused_names = Counter(names)
     used = [False] * len(pred)
     pairs: list[tuple[dict | None, dict | None]] = []
@@ -178,8 +173,8 @@ def align(pred: list[dict], gold: list[dict], names: list[str] | None = None) ->
 def score_calls(pred: list[dict], gold: list[dict]) -> tuple[float, float, float]:
     if not pred and not gold:
         return 1.0, 1.0, 1.0
-    seen: dict[str, str] = {}  # long call lists repeat names: normalise each distinct name once
-    pred_names = [seen[c["name"]] if c["name"] in seen else seen.setdefault(c["name"], normalize(c["name"])) for c in pred]
+    normal = {name: normalize(name) for name in {c["name"] for c in pred}}  # long call lists repeat names
+    pred_names = [normal[c["name"]] for c in pred]
     names = multiset_f1(pred_names, [normalize(c["name"]) for c in gold])
     pairs = align(pred, gold, pred_names)
     matched = [(g, p) for g, p in pairs if g is not None and p is not None]  # unmatched pairs score 0

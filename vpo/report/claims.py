@@ -1,8 +1,8 @@
 """The claims README makes about a run, checked on its results: `vpo claims --results results/cpu`.
 
 Prints the numbers README quotes (per method: best@1 and best@budget of the task scalar, the evaluation
-pool's diversity, mean and standard error over training seeds; the evolutionary search's solved
-problems at its last iteration) and then one line per claim: holds or fails, with its 95% interval.
+pool's diversity, mean and standard error over training seeds; the training batches' pool diversity at
+the first and last step; the evolutionary search's solved problems at its last iteration) and then one line per claim: holds or fails, with its 95% interval.
 The exit status is 1 when a claim fails, so CI, which runs it on a fresh CPU default run, fails when a
 change flips a claim, instead of README going wrong quietly.
 
@@ -40,6 +40,21 @@ CLAIMS = (
     Claim("VPO is the lowest at best@1", "best_at_k", 1, "below"),
 )
 REPS = 2000  # bootstrap resamples per comparison (vpo intervals' default)
+# Training: a method's batch pool diversity falls (or rises) on every training seed, from the mean of its
+# first FIRST_STEPS logged steps to the mean of its last LAST_STEPS; with 5 seeds, every seed agreeing by
+# chance has probability 1/32 when a fall and a rise are equally likely.
+TRAINING_CLAIMS = (("grpo", "falls"),)  # (VPO's rises on every seed of one run, by 0.02 on one: not claimed)
+FIRST_STEPS, LAST_STEPS = 5, 10
+
+
+def training_trend(training: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Per task and seed of `method`: pool diversity at the start and at the end of training."""
+    rows = []
+    for (task, seed), curve in training[training.method == method].groupby(["task", "seed"], sort=True):
+        curve = curve.sort_values("step").pool_diversity
+        rows.append({"task": task, "seed": seed, "start": curve.head(FIRST_STEPS).mean(),
+                     "end": curve.tail(LAST_STEPS).mean()})
+    return pd.DataFrame(rows, columns=["task", "seed", "start", "end"])
 
 
 def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim) -> np.ndarray:
@@ -70,8 +85,9 @@ def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int 
     return pd.DataFrame(rows, columns=["task", "other", "probability", "low", "high", "holds"])
 
 
-def numbers(summary: pd.DataFrame, evolve: pd.DataFrame | None) -> str:
-    """The numbers README quotes, as text: per task and method, mean (standard error) over training seeds."""
+def numbers(summary: pd.DataFrame, evolve: pd.DataFrame | None, training: pd.DataFrame | None = None) -> str:
+    """The numbers README quotes, as text: per task and method, mean (standard error) over training seeds;
+    the training batches' pool diversity at the first and last logged step; the search's solved problems."""
     lines = []
     for task, rows in summary.groupby("task", sort=True):
         budget = int(rows[rows.metric == "best_at_k"].k.max())
@@ -88,6 +104,12 @@ def numbers(summary: pd.DataFrame, evolve: pd.DataFrame | None) -> str:
             n = int(mine.n_seeds.max())
             lines.append(f"  {method:12} best@1 {value('best_at_k', 1)}  best@{budget} {value('best_at_k', budget)}  "
                          f"pool diversity {value('diversity')}  seeds {n}")
+    if training is not None and len(training):
+        for (task, method), rows in training.groupby(["task", "method"], sort=False):
+            first, last = rows.step.min(), rows.step.max()
+            start, end = (rows[rows.step == step].pool_diversity.mean() for step in (first, last))
+            lines.append(f"{task} training, {method}: pool diversity {start:.2f} at step {int(first)}, "
+                         f"{end:.2f} at step {int(last)} (mean over {rows.seed.nunique()} seeds)")
     if evolve is not None and len(evolve):
         solved = evolve[evolve.metric == "solved"]
         for task, rows in solved.groupby("task", sort=True):
@@ -115,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
                                 f"(`snakemake --cores all` for the cpu default)")
     evolve_files = sorted(agg.glob("evolve_*.csv"))
     evolve = pd.concat([read_csv_table(p) for p in evolve_files]) if evolve_files else None
-    print(numbers(read_csv_table(needed[0]), evolve))
+    training = read_csv_table(agg / "training_curves.csv") if (agg / "training_curves.csv").is_file() else None
+    print(numbers(read_csv_table(needed[0]), evolve, training))
     per_problem = read_csv_table(needed[1])
     failed = 0
     for claim in CLAIMS:
@@ -126,5 +149,15 @@ def run(args: argparse.Namespace) -> int:
         for row in result.itertuples():
             print(f"    {row.task} vs {row.other}: P({args.reference} > {row.other}) {row.probability:.3f} "
                   f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}")
-    print(f"{len(CLAIMS) - failed} of {len(CLAIMS)} claims hold", file=sys.stderr)
+    for method, way in TRAINING_CLAIMS if training is not None else ():
+        trend = training_trend(training, method)
+        moved = trend.end < trend.start if way == "falls" else trend.end > trend.start
+        ok = bool(len(trend)) and bool(moved.all())
+        failed += not ok
+        print(f"{'holds' if ok else 'FAILS'}: {method}'s batch pool diversity {way} during training on every seed "
+              f"(first {FIRST_STEPS} steps -> last {LAST_STEPS})")
+        for row, good in zip(trend.itertuples(), moved):
+            print(f"    {row.task} seed {row.seed}: {row.start:.2f} -> {row.end:.2f}{'' if good else '  <- fails'}")
+    total = len(CLAIMS) + (len(TRAINING_CLAIMS) if training is not None else 0)
+    print(f"{total - failed} of {total} claims hold", file=sys.stderr)
     return 1 if failed else 0
