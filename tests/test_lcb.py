@@ -255,6 +255,7 @@ def test_a_huge_program_is_not_parsed_in_the_scoring_process():
     ("``````", ""),                                                  # an empty pair
     ("```\na\n```\nb\n```", "a"),                                    # the first pair, not the last fence
     ("  no fences  ", "no fences"),
+    ("prose ```\nx = 1\n```", "x = 1"),                           # a pair after some text
 ])
 def test_extract_code_reads_each_fence_form(text, code):
     assert extract_code(text) == code
@@ -278,6 +279,7 @@ def test_fingerprint_and_compiles_at_the_size_limit():
 
 def test_stdout_rules_line_by_line():
     assert stdout_matches("1\r\n2\r\n\r\n", "1\n2", "exact") and not stdout_matches("1\n2", "1\n 2", "exact")
+    assert stdout_matches("1 \n2", "1\n2", "exact")  # trailing spaces of each line
     assert stdout_matches("1 \n 2", "1\n2", "official") and stdout_matches("1\n2", " 1 \n2 ", "official")
     assert not stdout_matches("1\n2", "1\n3", "official")         # a later line differs
     assert stdout_matches("1.0 2\nyes", "1 2.00\nyes", "official")  # numbers compare as numbers
@@ -336,3 +338,12 @@ def test_code_that_does_not_compile_is_not_run(monkeypatch):
     rows = lcb_grading.score_programs(["print(int(input(", "", "print(2 * int(input()))"], truth, workers=1)
     assert rows == [[0.0], [0.0], [1.0]]  # the program after a broken one is still scored
     assert ran == ["print(2 * int(input()))"]
+
+
+def test_the_evaluations_code_reading_at_its_edges():
+    from vpo_tasks.lcb_grading import eval_code_block, eval_solutions
+
+    assert eval_code_block("abc```python") == "abc```python"  # a fence at the very end opens nothing
+    assert eval_solutions("```python\na\n``````python\nb\n```", 2) == ["a", "b"]  # blocks back to back
+    assert eval_solutions("```python```python\nb\n```", 2) == ["", ""]  # the second opener closed the first
+    assert eval_solutions("only one ---", 2) == ["only one ---", ""]  # one part: the whole text

@@ -139,6 +139,7 @@ def test_scores_of_calls_by_hand():
     names, keys, values = tool.score_calls([call("f"), call("f", a=1, b=2)], [call("f", a=1, b=2)])
     assert (names, keys, values) == pytest.approx((2 / 3, 1 / 2, 1 / 2))
     assert tool.score_calls([call("f")], [call("f")]) == (1.0, 1.0, 1.0)  # no parameters: values count as 1
+    assert tool.score_calls([call("f", a=2)], [call("f", a=1)]) == (1.0, 1.0, 0.0)  # the right key, a wrong value
     assert tool.set_f1({"a"}, set()) == 0.0 and tool.set_f1({"a"}, {"b"}) == 0.0 and tool.set_f1(set(), set()) == 1.0
     assert tool.multiset_f1(["a"], []) == 0.0 and tool.multiset_f1(["a", "a"], ["a"]) == pytest.approx(2 / 3)
 

@@ -87,8 +87,8 @@ def _fenced(text: str, opener: str, pos: int = 0) -> tuple[str, int] | None:
     """Body of the first `opener` ... ``` pair at or after pos and the index past its closing fence.
     (If the first opener has no closing fence after it, no later one has: a linear search.)"""
     start = text.find(opener, pos)
-    end = text.find("```", start + len(opener)) if start >= 0 else -1
-    return None if end < 0 else (text[start + len(opener):end], end + 3)
+    end = text.find("```", start + len(opener)) if start != -1 else -1
+    return None if end == -1 else (text[start + len(opener):end], end + 3)
 
 
 def eval_code_block(text: str) -> str:
@@ -171,7 +171,7 @@ def stdout_matches(got: str, expected: str, rule: str) -> bool:
     """Whether a stdin program's output matches the expected output under `rule` (module docstring)."""
     if rule == "exact":
         def lines(text: str) -> list[str]:
-            rows = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+            rows = [line.rstrip() for line in text.split("\n")]  # rstrip takes a \r of \r\n too
             while rows and not rows[-1]:
                 rows.pop()
             return rows
