@@ -85,16 +85,28 @@ def test_run_prints_the_numbers_and_exits_1_when_a_claim_fails(tmp_path, capsys)
     assert "problems solved of 6 at iteration 20: grpo 4.0, vpo 5.6" in out
     assert "maze training, grpo: pool diversity 1.05 at step 1, 0.25 at step 20 (mean over 2 seeds)" in out
     assert out.count("holds: ") == 4 and "holds: grpo's batch pool diversity falls during training" in out
-    assert "    maze seed 1: 1.10 -> 0.25" in out
+    assert "    maze seed 1: 1.10 -> 0.25" in out and "mean change -0.80" in out
     run_of(0.0).to_csv(agg / "per_problem.csv", index=False)
     assert run(args) == 1
     assert "FAILS: VPO's evaluation pools are the most diverse" in capsys.readouterr().out
     run_of(0.3).to_csv(agg / "per_problem.csv", index=False)
     curves.loc[(curves.method == "grpo") & (curves.seed == 1) & (curves.step > 10), "pool_diversity"] = 1.5
-    curves.to_csv(agg / "training_curves.csv", index=False)  # one GRPO seed whose diversity rises
+    curves.to_csv(agg / "training_curves.csv", index=False)  # one of two GRPO seeds rises: no clear fall
     assert run(args) == 1
     out = capsys.readouterr().out
-    assert "FAILS: grpo's batch pool diversity falls" in out and "maze seed 1: 1.10 -> 1.50  <- fails" in out
+    assert "FAILS: grpo's batch pool diversity falls" in out and "maze seed 1: 1.10 -> 1.50" in out
+
+
+def test_the_training_bound_is_the_one_sided_t_bound():
+    from vpo.report.claims import trend_bound
+
+    # changes -0.6, -0.5, -0.7: mean -0.6, sd 0.1, t(0.95, 2) = 2.919986: bound -0.6 + 2.919986 * 0.1 / sqrt(3)
+    mean, bound = trend_bound(pd.Series([-0.6, -0.5, -0.7]), "falls")
+    assert mean == pytest.approx(-0.6) and bound == pytest.approx(-0.6 + 2.919986 * 0.1 / np.sqrt(3), rel=1e-6)
+    assert trend_bound(pd.Series([0.6, 0.5, 0.7]), "rises")[1] == pytest.approx(0.6 - 2.919986 * 0.1 / np.sqrt(3), rel=1e-6)
+    # four seeds fall a lot and one rises a little: still a clear fall
+    assert trend_bound(pd.Series([-0.6, -0.7, -0.5, -0.6, 0.05]), "falls")[1] < 0
+    assert np.isnan(trend_bound(pd.Series([-0.6]), "falls")[1])
 
 
 def test_missing_results_name_the_command(tmp_path):
