@@ -6,7 +6,8 @@
 Clones the commit into a temporary directory and runs Snakemake there with this checkout's environment
 (the clone's own code runs: jobs import the working directory's `vpo`). Prints Snakemake's wall seconds
 for each of the two targets, the seconds every rule's jobs took together (from the job logs' start and
-finish lines), and the RL step times the training cells logged. Goals (README): `figures/pass_at_k.pdf`
+finish lines), the fixed cost of a train job (its seconds outside the RL loop), and the RL step times
+the training cells logged. Goals (README): `figures/pass_at_k.pdf`
 in at most 4 minutes on 2 cores, every default target in at most 6. Run it on a quiet machine: it
 measures time, and another process on the same cores changes it.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
 import shutil
 import statistics
@@ -29,23 +31,38 @@ REPO = Path(__file__).resolve().parents[1]
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 
 
-def job_seconds(log: str) -> dict[str, list[float]]:
-    """Seconds per job, by rule, from a Snakemake log: a job runs from the stamp above its `rule` line
-    to the stamp above its `Finished jobid` line."""
-    started: dict[str, tuple[str, datetime]] = {}
-    per_rule: dict[str, list[float]] = collections.defaultdict(list)
-    stamp, rule = None, None
+def job_seconds(log: str) -> list[tuple[str, str, float]]:
+    """(rule, wildcards, seconds) of every job of a Snakemake log: a job runs from the stamp above its
+    `rule` line to the stamp above its `Finished jobid` line."""
+    started: dict[str, list] = {}
+    jobs = []
+    stamp, rule, last = None, None, None
     for line in log.splitlines():
-        if match := STAMP.match(line.strip()):
+        line = line.strip()
+        if match := STAMP.match(line):
             stamp = datetime.strptime(match.group(1), "%a %b %d %H:%M:%S %Y")
-        elif match := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
+        elif match := re.match(r"^(?:local)?rule (\w+):$", line):
             rule = match.group(1)
-        elif (match := re.match(r"^jobid: (\d+)$", line.strip())) and rule and stamp:
-            started[match.group(1)] = (rule, stamp)
-        elif (match := re.match(r"^Finished jobid: (\d+)", line.strip())) and match.group(1) in started and stamp:
-            name, begun = started.pop(match.group(1))
-            per_rule[name].append((stamp - begun).total_seconds())
-    return per_rule
+        elif (match := re.match(r"^jobid: (\d+)$", line)) and rule and stamp:
+            last = started[match.group(1)] = [rule, "", stamp]
+        elif (match := re.match(r"^wildcards: (.*)$", line)) and last:
+            last[1] = match.group(1)  # listed under the job's id
+        elif (match := re.match(r"^Finished jobid: (\d+)", line)) and match.group(1) in started and stamp:
+            name, cell, begun = started.pop(match.group(1))
+            jobs.append((name, cell, (stamp - begun).total_seconds()))
+    return jobs
+
+
+def train_fixed_seconds(jobs, runs: Path) -> list[float]:
+    """Seconds of each train job outside its RL loop: the job's seconds less train.json's train_loop_s
+    (process start, imports, loading the data and models, the last checkpoint and the final model)."""
+    fixed = []
+    for rule, wildcards, seconds in jobs:
+        cell = dict(part.split("=") for part in wildcards.split(", ") if "=" in part)
+        info = runs / cell.get("task", "") / cell.get("method", "") / f"seed{cell.get('seed', '')}" / "train.json"
+        if rule == "train" and info.is_file():
+            fixed.append(seconds - json.loads(info.read_text())["train_loop_s"])
+    return fixed
 
 
 def run_target(clone: Path, target: str | None, cores: int) -> tuple[float, str]:
@@ -76,10 +93,17 @@ def main() -> None:
         seconds, log = run_target(clone, target, args.cores)
         logs.append(log)
         print(f"{label:28s} {seconds:7.1f} s")
-    per_rule = job_seconds("\n".join(logs))
+    jobs = job_seconds("\n".join(logs))
+    per_rule = collections.defaultdict(list)
+    for rule, _, seconds in jobs:
+        per_rule[rule].append(seconds)
     print(f"\n{'rule':28s} {'jobs':>5s} {'seconds':>8s} {'median':>7s}")
     for rule, times in sorted(per_rule.items(), key=lambda item: -sum(item[1])):
         print(f"{rule:28s} {len(times):5d} {sum(times):8.0f} {statistics.median(times):7.1f}")
+    fixed = train_fixed_seconds(jobs, clone / "results" / "cpu" / "runs")
+    if fixed:
+        print(f"\nfixed cost per train job (job seconds less its RL loop): median {statistics.median(fixed):.1f} s, "
+              f"{sum(fixed):.0f} s over {len(fixed)} jobs")
     sys.path.insert(0, str(REPO))
     from benchmarks.rl_step import logged_step_times
 

@@ -16,7 +16,8 @@ import time
 
 
 def build_fixture(n_prompts: int):
-    """A random-init tiny model (cpu preset size) and tokenizer for fresh maze prompts."""
+    """A random-init tiny model (cpu preset size), fresh maze rows and a tokenizer for their prompts
+    (single-answer and VPO's m = 3); returns (model, tokenizer, rows)."""
     from vpo.local.model import build_model, build_tokenizer, frequent_phrases
     from vpo.config import load_config
     from vpo.settings import LocalTrainerSettings
@@ -28,13 +29,15 @@ def build_fixture(n_prompts: int):
     from vpo.data import read_rows
 
     rows = read_rows(tmp, "train")
-    prompts = [r["prompt"] for r in rows]
+    from vpo.prompts import prepare_row
+
+    prompts = [r["prompt"] for r in rows] + [prepare_row(r, "vpo", 3, 0)["prompt"] for r in rows]
     texts = [p[0]["content"] for p in prompts]
     tokenizer = build_tokenizer(texts + ["<answer>UP DOWN LEFT RIGHT</answer>"],
                                 phrases=frequent_phrases(texts, {"UP", "DOWN", "LEFT", "RIGHT"}))
     model = build_model(len(tokenizer), LocalTrainerSettings.from_dict(load_config(preset="cpu")["local_trainer"]).model_settings(), pad_token_id=tokenizer.pad_token_id,
                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    return model, tokenizer, prompts
+    return model, tokenizer, rows
 
 
 def main() -> None:
@@ -60,7 +63,8 @@ def main() -> None:
         model, tokenizer = load_pretrained(args.model)
         prompts = [r["prompt"] for r in read_rows(args.data, "test")[: args.prompts]]
     else:
-        model, tokenizer, prompts = build_fixture(args.prompts)
+        model, tokenizer, rows = build_fixture(args.prompts)
+        prompts = [r["prompt"] for r in rows]
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tokenizer, prompts)]
     sampling = SamplingSettings(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
     sample_responses(model, tokenizer, ids[:1], 2, sampling, batch_size=2)  # warm-up

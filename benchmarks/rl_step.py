@@ -1,18 +1,23 @@
-"""The CPU trainer's RL step: generation of one step's rollouts with transformers' `generate` and with
-vpo/llama_sampler.py, and (given a finished run) the step times its cells logged.
+"""The CPU trainer's RL step: its generation with transformers' `generate` and with vpo/llama_sampler.py,
+the torch operations a decoding step dispatches, whole steps of the local trainer, and (given a
+finished run) the step times its cells logged.
 
-    python benchmarks/rl_step.py                          # generation of 8 prompts x 8 rollouts, both ways
+    python benchmarks/rl_step.py                          # one step's generation both ways, ops, 5 whole steps
     python benchmarks/rl_step.py --runs results/cpu/runs  # and the median step and generation seconds per cell
 
-Prints seconds per step's generation and generated tokens per second for each way (a random-init
-model at the cpu preset's size writes until the token limit, so every row generates all its tokens),
-their ratio, and with --runs the median `step_s` and `generation_s` of every cell's metrics.jsonl.
-Goal (README): an RL step of 64 rollouts in at most 0.5 s on one thread.
+A random-init model at the cpu preset's size writes until the token limit, so every rollout generates
+all its tokens (a trained model stops earlier: its cells' logged steps are shorter). The whole steps
+are `vpo.local.trainer.Learner.step` for VPO with m = 3 (sample, score, estimate, two updates), the
+cpu preset's settings. Operations are counted with a torch dispatch mode over a whole sampling call
+(prefill and sampling included) and divided by its decoding steps; "compute" leaves out the view
+operations (view, slice, select, transpose, expand...), which move no data. Goal (README): a
+multi-answer RL step in at most 0.25 s on one quiet core.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -21,6 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.generate import build_fixture  # noqa: E402
+
+VIEWS = {"view", "_unsafe_view", "slice", "select", "transpose", "t", "expand", "as_strided", "unsqueeze",
+         "squeeze", "split", "permute", "alias", "detach", "lift_fresh", "chunk", "unbind"}
 
 
 def time_generation(model, tokenizer, prompt_ids, n: int, max_new_tokens: int, repeats: int, fast: bool):
@@ -42,6 +50,67 @@ def time_generation(model, tokenizer, prompt_ids, n: int, max_new_tokens: int, r
     return seconds, tokens / repeats / seconds
 
 
+def operations_per_step(model, tokenizer, prompt_ids, n: int, max_new_tokens: int) -> tuple[float, float]:
+    """(all, compute) torch operations dispatched per decoding step by one vpo/llama_sampler.py call."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from vpo.generate import left_pad
+    from vpo.llama_sampler import sample_groups
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names[func.__name__.split(".")[0]] += 1
+            return func(*args, **(kwargs or {}))
+
+    input_ids, attention = left_pad(prompt_ids, tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    with Count() as count:
+        out = sample_groups(model, input_ids, attention, n, max_new_tokens=max_new_tokens, eos=tokenizer.eos_token_id,
+                            pad=tokenizer.pad_token_id, temperature=1.0, top_k=0, top_p=1.0)
+    steps = out.shape[1]
+    total = sum(count.names.values())
+    compute = sum(v for k, v in count.names.items() if k not in VIEWS)
+    return total / steps, compute / steps
+
+
+def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
+    """(step seconds, generation seconds) of `steps` whole VPO steps (m = 3) of the local trainer."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    from vpo.config import load_config
+    from vpo.generate import SamplingSettings, render_prompts
+    from vpo.local.rl import optimizer_for
+    from vpo.local.trainer import Learner
+    from vpo.methods import get_method
+    from vpo.prompts import prepare_row
+    from vpo.settings import LocalTrainerSettings
+    from vpo.task import resolve
+
+    cfg = LocalTrainerSettings.from_dict(load_config(preset="cpu")["local_trainer"])
+    method = get_method("vpo")
+    rows = [prepare_row(row, "vpo", 3, 0) for row in rows]
+    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
+                  for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
+    policy = model.train()
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p,
+                                max_new_tokens=cfg.max_new_tokens_for(method.prompt), seed=None)
+    torch.manual_seed(0)
+    learner = Learner(policy, reference, optimizer_for(policy, cfg), tokenizer, rows, prompt_ids, method,
+                      resolve("maze"), cfg, {"alpha": 1.0}, sampling, np.random.default_rng(0))
+    learner.step(1, 0)  # warm-up
+    records = [learner.step(step, 0) for step in range(2, steps + 2)]
+    return [(r["step_s"], r["generation_s"]) for r in records]
+
+
 def logged_step_times(runs: Path) -> list[tuple[str, float, float, int]]:
     """(cell, median step_s, median generation_s, steps) of every metrics.jsonl under `runs`."""
     rows = []
@@ -60,6 +129,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="rollouts per prompt (cpu preset: 8)")
     parser.add_argument("--max-new-tokens", type=int, default=120, help="token limit (cpu preset, multi: 120)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="whole RL steps timed")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the workflow's jobs: 1)")
     parser.add_argument("--runs", type=Path, default=None, help="a finished run's runs/ folder: its logged step times")
     args = parser.parse_args()
@@ -67,11 +137,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    model, tokenizer, prompts = build_fixture(args.prompts)
+    model, tokenizer, rows = build_fixture(args.prompts)
     model.eval()
     from vpo.generate import render_prompts
+    from vpo.prompts import prepare_row
 
-    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tokenizer, prompts)]
+    multi = [prepare_row(row, "vpo", 3, 0)["prompt"] for row in rows]  # the prompts of VPO's rollouts (m = 3)
+    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tokenizer, multi)]
     rollouts = args.prompts * args.samples
     print(f"one RL step's generation: {rollouts} rollouts of up to {args.max_new_tokens} tokens, "
           f"{args.threads} thread(s)")
@@ -82,6 +154,13 @@ def main() -> None:
         results[name] = seconds
         print(f"  {name:22s} {seconds:7.3f} s per step   {rate:9.0f} tokens/s")
     print(f"  speed-up: {results['transformers generate'] / results['vpo/llama_sampler.py']:.1f}x")
+    total, compute = operations_per_step(model, tokenizer, prompt_ids, args.samples, args.max_new_tokens)
+    print(f"  vpo/llama_sampler.py dispatches {total:.0f} torch operations per decoding step ({compute:.0f} compute)")
+
+    times = time_steps(model, tokenizer, rows, args.steps)
+    print(f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median "
+          f"{statistics.median(t[0] for t in times):.3f} s, of which generation "
+          f"{statistics.median(t[1] for t in times):.3f} s")
     if args.runs:
         rows = logged_step_times(args.runs)
         print(f"logged by the cells under {args.runs} (median over steps):")

@@ -47,18 +47,36 @@ def test_a_bfloat16_model_keeps_generate(model):
     assert len(responses) == 6 and all(1 <= len(r) <= 6 for r in responses)
 
 
-def test_prefill_logits_match_transformers(model):
-    input_ids, attention = left_pad(prompts(), PAD)
-    positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 1)
-    expected = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits[:, -1]
-    run = sampler.KVSampler(model)
-    length = input_ids.shape[1]
-    shape = (2, len(input_ids), 2, length, 32)
-    allowed = torch.ones(length, length, dtype=torch.bool).tril()[None, None] & attention.bool()[:, None, None, :]
-    allowed = allowed | torch.eye(length, dtype=torch.bool)[None, None]
+def grouped_model(kv_heads):
+    """A float32 Llama with 4 query heads over `kv_heads` key/value heads (another rope theta too)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=128,
+                         rope_theta=500.0, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
+    torch.manual_seed(1)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_decoder_logits_match_transformers_forward(kv_heads):
+    """Prefill and every decoding step: the logits transformers computes for the whole row (left-padded
+    prompt + the rollout's tokens so far), for 3 rollouts of each of 4 prompts of different lengths."""
+    model, n, steps = grouped_model(kv_heads), 3, 5
+    input_ids, attention = left_pad(prompts(4, seed=2), PAD)
+    g = torch.Generator().manual_seed(4)
+    tokens = torch.randint(3, VOCAB, (4 * n, steps), generator=g)
+    rows, rows_attention = input_ids.repeat_interleave(n, 0), attention.repeat_interleave(n, 0)
+    decoder = sampler.GroupedDecoder(model, n, steps + 1)
     with torch.no_grad():
-        got = run.forward(input_ids, positions, torch.zeros(shape), torch.zeros(shape), 0, allowed)
-    assert torch.allclose(got, expected, atol=1e-5)
+        got = [decoder.prefill(input_ids, attention)] + [decoder.step(tokens[:, t], t) for t in range(steps)]
+        full = torch.cat([rows, tokens], 1)
+        full_attention = torch.cat([rows_attention, torch.ones_like(tokens)], 1)
+        positions = (full_attention.cumsum(-1) - 1).masked_fill(full_attention == 0, 1)
+        expected = model(input_ids=full, attention_mask=full_attention, position_ids=positions).logits
+    width = input_ids.shape[1]
+    for t, logits in enumerate(got):
+        assert torch.allclose(logits, expected[:, width - 1 + t], atol=1e-5), t
 
 
 @pytest.mark.parametrize("settings", [
@@ -68,16 +86,37 @@ def test_prefill_logits_match_transformers(model):
     dict(temperature=1.0, top_k=0, top_p=0.8),
 ])
 def test_sequences_match_generate_on_a_seed(model, settings):
-    input_ids, attention = left_pad(prompts(8, seed=1), PAD)
+    """6 prompts x 3 rollouts against `generate` on the 18 rows (each prompt repeated 3 times)."""
+    n = 3
+    input_ids, attention = left_pad(prompts(6, seed=1), PAD)
     hf = {"do_sample": settings["temperature"] > 0, "max_new_tokens": 24}
     if settings["temperature"] > 0:
         hf.update(temperature=settings["temperature"], top_k=settings["top_k"], top_p=settings["top_p"])
     torch.manual_seed(5)
     with torch.no_grad():
-        expected = model.generate(input_ids=input_ids, attention_mask=attention, pad_token_id=PAD, eos_token_id=EOS,
-                                  **hf)[:, input_ids.shape[1]:]
+        expected = model.generate(input_ids=input_ids.repeat_interleave(n, 0),
+                                  attention_mask=attention.repeat_interleave(n, 0), pad_token_id=PAD,
+                                  eos_token_id=EOS, **hf)[:, input_ids.shape[1]:]
     torch.manual_seed(5)
-    got = sampler.sample_batch(model, input_ids, attention, max_new_tokens=24, eos=EOS, pad=PAD, **settings)
+    got = sampler.sample_groups(model, input_ids, attention, n, max_new_tokens=24, eos=EOS, pad=PAD, **settings)
     assert got.tolist() == expected.tolist()
     if settings["temperature"] > 0:  # near-uniform over 40 tokens: some rows stop early, and are padded
         assert (got == EOS).any() and (got == PAD).any()
+        assert len({tuple(row) for row in got.tolist()}) == len(got)  # a group's rollouts are drawn apart
+
+
+def test_sample_responses_batches_whole_groups_either_way(model, monkeypatch):
+    """Batches of whole groups (2 prompts x 3 rollouts in batches of 7 sequences), the same sequences by
+    the sampler and by `generate`."""
+    from vpo.generate import SamplingSettings, sample_responses
+
+    class Tokenizer:
+        eos_token_id, pad_token_id = EOS, PAD
+
+    ids = prompts(5, seed=3)
+    sampling = SamplingSettings(max_new_tokens=12, seed=0)
+    fast = sample_responses(model, Tokenizer(), ids, 3, sampling, batch_size=7)
+    monkeypatch.setattr(sampler, "supports", lambda model: False)
+    assert sample_responses(model, Tokenizer(), ids, 3, sampling, batch_size=7) == fast
+    assert len(fast) == 15 and all(1 <= len(r) <= 12 for r in fast)
+    assert all(r[-1] == EOS for r in fast if len(r) < 12) and not any(EOS in r[:-1] for r in fast)

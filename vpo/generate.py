@@ -128,9 +128,11 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     """Sample `n` responses per prompt; returns len(prompt_ids) * n token-id lists, prompt-major.
 
     Each response ends at (and includes) the first EOS, or stops at `max_new_tokens`.
-    Sequences are generated `batch_size` at a time, left-padded, with the KV cache: the CPU backend's
-    tiny Llama models by vpo/llama_sampler.py (the same draws, an order of magnitude faster), any other
-    model by transformers' `generate`.
+    Sequences are generated in batches of whole groups (as many prompts' n rollouts as fit in
+    `batch_size` sequences, at least one prompt's), left-padded, with the KV cache: the CPU backend's
+    tiny Llama models by vpo/llama_sampler.py (each prompt computed once for its group, the same draws,
+    an order of magnitude faster), any other model by transformers' `generate` over the prompts
+    repeated n times.
     """
     import torch
 
@@ -139,30 +141,30 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
 
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
-    flat = [list(ids) for ids in prompt_ids for _ in range(n)]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     device = next(model.parameters()).device
     kwargs = hf_generate_kwargs(sampling)
     out: list[list[int]] = []
     was_training = model.training
     model.eval()
-    tracker = Progress(len(flat), "generate: sequences") if progress else None
+    tracker = Progress(len(prompt_ids) * n, "generate: sequences") if progress else None
     fast = sampler.supports(model)  # the CPU backend's tiny Llama: plain torch, same draws (vpo/llama_sampler.py)
-    for start in range(0, len(flat), batch_size):
-        batch = flat[start:start + batch_size]
-        input_ids, attention = left_pad(batch, pad)
-        width = input_ids.shape[1]
+    per_batch = max(batch_size // n, 1)
+    for start in range(0, len(prompt_ids), per_batch):
+        prompts = [list(ids) for ids in prompt_ids[start:start + per_batch]]
         if fast:
-            continuation = sampler.sample_batch(
-                model, input_ids, attention, max_new_tokens=sampling.max_new_tokens, eos=eos, pad=pad,
+            input_ids, attention = left_pad(prompts, pad)
+            continuation = sampler.sample_groups(
+                model, input_ids, attention, n, max_new_tokens=sampling.max_new_tokens, eos=eos, pad=pad,
                 temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p).tolist()
         else:
+            input_ids, attention = left_pad([ids for ids in prompts for _ in range(n)], pad)
             with torch.no_grad():
                 generated = model.generate(
                     input_ids=input_ids.to(device), attention_mask=attention.to(device),
                     pad_token_id=pad, eos_token_id=eos, **kwargs,
                 )
-            continuation = generated[:, width:].tolist()
+            continuation = generated[:, input_ids.shape[1]:].tolist()
         for row in continuation:
             if eos in row:
                 row = row[: row.index(eos) + 1]

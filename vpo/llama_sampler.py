@@ -1,19 +1,28 @@
-"""Batched sampling for the tiny Llama models of the CPU backend (vpo/local) in plain torch, with a preallocated
-KV cache.
+"""Batched sampling for the tiny Llama models of the CPU backend (vpo/local) in plain torch: each
+prompt's keys and values computed once for its whole group of rollouts, the rollouts' own in a
+preallocated cache.
 
 transformers' `model.generate` spends about 8 ms per decoding step on a 2-layer, 64-wide model,
 almost all of it framework overhead (cache objects, mask builders, logits processors); the
-arithmetic of a step is well under a millisecond. This sampler runs the same network (the weights
-of the model given, read in place, through `vpo.tiny_llama`'s block) with a handful of tensor
-operations per layer and step, and draws tokens as `generate` does: logits / temperature, top-k and top-p when set, one
-`torch.multinomial` call per step over the whole batch, finished rows padded. With the same seed it
-draws from the same random stream, so it samples the responses `generate` samples wherever the two
-computations' float rounding does not move a draw across a bucket boundary (tests/test_llama_sampler.py
-checks logits against transformers and the sequences on a seed).
+arithmetic of a step is well under a millisecond. An RL step samples n rollouts of each prompt:
+`generate` runs every prompt n times and its attention reads n copies of the prompt's cache at every
+step. Here the prompts run once (G rows); at each decoding step the B = G x n rollouts' queries
+attend to their group's prompt keys in one batched product per group and to their own earlier
+tokens, with the projections fused (q, k, v in one product; gate and up in one) so a step is a
+few dozen torch operations (benchmarks/rl_step.py counts them). The network is `vpo.tiny_llama`'s,
+its weights read from the model given; tokens are drawn as `generate` draws them: logits /
+temperature, top-k and top-p when set, one `torch.multinomial` call per step over the whole batch,
+finished rows padded. With the same seed it draws from the same random stream, so it samples the
+responses `generate` samples wherever the two computations' float rounding does not move a draw
+across a bucket boundary (tests/test_llama_sampler.py checks logits against transformers and the
+sequences on a seed).
 
 `supports(model)` says whether a model is one it reproduces (the Llama family as `build_model`
 makes it: default rotary embedding, no biases, SiLU MLP, float32 on the CPU); anything else is left
 to `generate`.
+
+Shapes: G prompts, P prompt positions (left-padded), n rollouts per prompt, B = G x n rollouts
+(prompt-major), T new tokens, H hidden size, V vocabulary, heads = kv heads x share queries of size d.
 """
 
 from __future__ import annotations
@@ -21,51 +30,131 @@ from __future__ import annotations
 
 def supports(model) -> bool:
     """True for a `LlamaForCausalLM` (or vpo.tiny_llama's copy of one) this sampler computes exactly as
-    transformers does."""
+    transformers does: `vpo.tiny_llama.standard_block`, float32 weights on the CPU."""
     import torch
+
+    from vpo.tiny_llama import standard_block
 
     config = getattr(model, "config", None)
     if type(model).__name__ not in ("LlamaForCausalLM", "TinyLlama") or config is None:
         return False
-    rope = getattr(config, "rope_parameters", None) or {"rope_type": "default"}
+    as_dict = config.to_dict() if hasattr(config, "to_dict") else model.config_dict
     weights = next(model.parameters())
     # float32 on the CPU only: in half precision transformers casts between steps in ways not mirrored
     # here (veRL's merged models are bfloat16: they keep `generate`)
-    return (rope.get("rope_type", "default") == "default" and config.hidden_act == "silu"
-            and not config.attention_bias and not config.mlp_bias and getattr(config, "pretraining_tp", 1) == 1
-            and weights.device.type == "cpu" and weights.dtype == torch.float32)
+    return standard_block(as_dict) and weights.device.type == "cpu" and weights.dtype == torch.float32
 
 
-class KVSampler:
-    """The network of one Llama model (`TinyLlama` or transformers' `LlamaForCausalLM`), run step by step
-    over a batch with a fixed-size cache, through `vpo.tiny_llama`'s block.
+class GroupedDecoder:
+    """The network of one Llama model (`TinyLlama` or transformers' `LlamaForCausalLM`) over G prompts
+    and their B = G x n rollouts: `prefill` runs the prompts once and keeps their keys and values
+    (layers, G, kv heads, P, d); `step` feeds one token per rollout, whose keys and values go to the
+    rollouts' cache (layers, B, kv heads, T, d), and returns the next logits (B, V).
 
-    cache: keys and values (layers, batch, kv heads, max_len, head_dim); positions follow transformers'
-    rule for left padding (position = number of real tokens before, pads at position 1).
+    Positions follow transformers' rule for left padding (a rollout's first token sits at its prompt's
+    number of real tokens). Every rollout attends to all of its earlier tokens, finished or not (their
+    outputs are padded away, as `generate` pads them).
     """
 
-    def __init__(self, model):
+    def __init__(self, model, n: int, max_new_tokens: int):
+        import torch
+
         from vpo.tiny_llama import Dims
 
-        self.model = model
+        self.model, self.n, self.dims = model, n, Dims(model.config)
         self.layers = model.model.layers
-        self.dims = Dims(model.config)
+        d = self.dims
+        self.share = d.heads // d.kv_heads
+        self.widths = (d.heads * d.head_dim, d.kv_heads * d.head_dim)  # queries, keys (= values)
+        # each layer's products, fused and transposed once: x @ qkv gives q, k, v and rotate_half(q),
+        # rotate_half(k) (the rotation folded into the weights: rows swapped in halves and one half
+        # negated, which is exact); x @ gate_up gives the MLP's gate and up
+        self.qkv, self.gate_up, self.out, self.down = [], [], [], []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            qk = torch.cat([attn.q_proj.weight, attn.k_proj.weight])
+            halves = qk.view(d.heads + d.kv_heads, 2, d.head_dim // 2, -1)
+            rotated = torch.cat([-halves[:, 1:], halves[:, :1]], dim=1).reshape(qk.shape)
+            self.qkv.append(torch.cat([qk, attn.v_proj.weight, rotated]).t().contiguous())
+            self.gate_up.append(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous())
+            self.out.append(attn.o_proj.weight.t().contiguous())
+            self.down.append(mlp.down_proj.weight.t().contiguous())
+        self.head = model.lm_head.weight.t().contiguous()
+        self.max_new_tokens = max_new_tokens
 
-    def forward(self, tokens, positions, keys, values, start: int, allowed):
-        """Logits (batch, vocab) of the last position after writing `tokens` (batch, length) into the
-        cache at [start, start + length); `allowed` (batch, 1, length, start + length) masks attention."""
-        from vpo.tiny_llama import attention_inputs, attention_output, head_logits, mlp_residual, rotary_tables
+    def prefill(self, input_ids, attention):
+        """Logits (B, V) of each rollout's first token, from the prompts input_ids, attention (G, P) long."""
+        import torch
 
-        hidden = self.model.model.embed_tokens(tokens)
-        cos, sin = rotary_tables(self.dims, positions)
-        end = start + tokens.shape[1]
+        from vpo.tiny_llama import (attention_inputs, attention_output, head_logits, left_padded_positions,
+                                    mlp_residual, rotary_tables)
+
+        d, n = self.dims, self.n
+        groups, width = input_ids.shape
+        batch = groups * n
+        positions = left_padded_positions(attention)
+        cos, sin = rotary_tables(d, positions)
+        causal = torch.ones((width, width), dtype=torch.bool).tril()
+        real = attention.bool()
+        # a pad query attends to itself only (its output is never read; a row with no key would be NaN)
+        allowed = (causal[None, None] & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool)[None, None]
+        hidden = self.model.model.embed_tokens(input_ids)
+        self.prompt_keys, self.prompt_values = [], []
+        for layer in self.layers:
+            q, k, v = attention_inputs(layer, d, hidden, cos, sin)
+            # contiguous once here, not copied by every step's product
+            self.prompt_keys.append(k.transpose(-1, -2).reshape(groups * d.kv_heads, d.head_dim, width))
+            self.prompt_values.append(v.reshape(groups * d.kv_heads, width, d.head_dim))
+            hidden = mlp_residual(layer, d, hidden + attention_output(layer, d, q, k, v, allowed))
+        # the prompts' pads are never attended to by a rollout
+        bias = torch.zeros((groups, 1, 1, width)).masked_fill(~real[:, None, None, :], -float("inf"))
+        self.prompt_bias = bias.expand(groups, d.kv_heads, 1, width).reshape(groups * d.kv_heads, 1, width)
+        # the rollouts' own keys (transposed: ready for q @ k) and values; read only where written
+        cache = (len(self.layers), batch, d.kv_heads)
+        self.keys = torch.empty(cache + (d.head_dim, self.max_new_tokens))
+        self.values = torch.empty(cache + (self.max_new_tokens, d.head_dim))
+        # rotary tables of every new position: rollout b's token t sits at its prompt's real length + t
+        first = attention.sum(1).repeat_interleave(n)
+        cos, sin = rotary_tables(d, first[:, None] + torch.arange(self.max_new_tokens)[None])
+        self.cos, self.sin = cos[:, 0], sin[:, 0]  # (B, T, d)
+        self.groups = groups
+        return head_logits(self.model, d, hidden[:, -1]).repeat_interleave(n, dim=0)
+
+    def step(self, token, t: int):
+        """Logits (B, V) after feeding token (B,) long at new position t."""
+        import torch
+        import torch.nn.functional as F
+
+        from vpo.tiny_llama import rms_norm
+
+        d, n, groups = self.dims, self.n, self.groups
+        batch, kv, share, size = token.shape[0], d.kv_heads, self.share, d.head_dim
+        q_width, k_width = self.widths
+        rotated_from = q_width + 2 * k_width
+        cos, sin = self.cos[:, t:t + 1], self.sin[:, t:t + 1]  # (B, 1, d)
+        hidden = self.model.model.embed_tokens(token)
         for i, layer in enumerate(self.layers):
-            q, k, v = attention_inputs(layer, self.dims, hidden, cos, sin)
-            keys[i, :, :, start:end] = k
-            values[i, :, :, start:end] = v
-            hidden = hidden + attention_output(layer, self.dims, q, keys[i, :, :, :end], values[i, :, :, :end], allowed)
-            hidden = mlp_residual(layer, self.dims, hidden)
-        return head_logits(self.model, self.dims, hidden[:, -1])
+            qkv = rms_norm(hidden, layer.input_layernorm.weight, d.eps) @ self.qkv[i]
+            qk = (qkv[:, :q_width + k_width].view(batch, d.heads + kv, size) * cos
+                  + qkv[:, rotated_from:].view(batch, d.heads + kv, size) * sin)
+            self.keys[i, :, :, :, t] = qk[:, d.heads:]
+            self.values[i, :, :, t] = qkv[:, q_width + k_width:rotated_from].view(batch, kv, size)
+            q = qk[:, :d.heads] * d.scale  # (B, heads, d) = (G, n, kv, share, d)
+            # the group's prompt: queries (G x kv, n x share, d) against its keys (G x kv, d, P)
+            grouped = q.view(groups, n, kv, share, size).transpose(1, 2).reshape(groups * kv, n * share, size)
+            over_prompt = torch.baddbmm(self.prompt_bias, grouped, self.prompt_keys[i])
+            width = over_prompt.shape[-1]
+            over_prompt = over_prompt.view(groups, kv, n, share, width).transpose(1, 2).reshape(batch, kv, share, width)
+            over_own = q.view(batch, kv, share, size) @ self.keys[i, :, :, :, :t + 1]
+            weights = torch.cat([over_prompt, over_own], dim=-1).softmax(dim=-1)
+            from_prompt = weights[..., :width].reshape(groups, n, kv, share, width).transpose(1, 2)
+            from_prompt = from_prompt.reshape(groups * kv, n * share, width).bmm(self.prompt_values[i])
+            from_prompt = from_prompt.view(groups, kv, n, share, size).transpose(1, 2).reshape(batch, d.heads * size)
+            from_own = (weights[..., width:] @ self.values[i, :, :, :t + 1]).view(batch, d.heads * size)
+            hidden = hidden + (from_prompt + from_own) @ self.out[i]
+            gate, up = (rms_norm(hidden, layer.post_attention_layernorm.weight, d.eps) @ self.gate_up[i]).chunk(2, dim=-1)
+            hidden = hidden + (F.silu(gate) * up) @ self.down[i]
+        return rms_norm(hidden, self.model.model.norm.weight, d.eps) @ self.head
 
 
 def _warp(logits, temperature: float, top_k: int, top_p: float):
@@ -85,46 +174,31 @@ def _warp(logits, temperature: float, top_k: int, top_p: float):
     return logits
 
 
-def sample_batch(model, input_ids, attention, *, max_new_tokens: int, eos: int, pad: int, temperature: float,
-                 top_k: int, top_p: float):
-    """Sampled continuations (batch, <= max_new_tokens) of a left-padded batch, as `generate` returns
-    them past the prompt: rows that finished are padded with `pad`; stops when every row has
-    finished. temperature 0 = greedy. input_ids, attention: (batch, prompt_len) long."""
+def sample_groups(model, input_ids, attention, n: int, *, max_new_tokens: int, eos: int, pad: int,
+                  temperature: float, top_k: int, top_p: float):
+    """Sampled continuations (G x n, <= max_new_tokens) of n rollouts of each left-padded prompt
+    (input_ids, attention: (G, P) long), prompt-major, as `generate` returns them past the prompt for
+    the prompts repeated n times each: rows that finished are padded with `pad`; stops when every row
+    has finished. temperature 0 = greedy."""
     import torch
 
-    from vpo.tiny_llama import left_padded_positions
-
-    sampler = KVSampler(model)
-    batch, prompt_len = input_ids.shape
-    total = prompt_len + max_new_tokens
-    shape = (len(sampler.layers), batch, sampler.dims.kv_heads, total, sampler.dims.head_dim)
-    dtype = model.model.embed_tokens.weight.dtype
-    keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
-    real = torch.zeros((batch, total), dtype=torch.bool)
-    real[:, :prompt_len] = attention.bool()
-    positions = left_padded_positions(attention)
-    causal = torch.ones((prompt_len, prompt_len), dtype=torch.bool).tril()
-    allowed = causal[None, None] & real[:, None, None, :prompt_len]
-    allowed = allowed | torch.eye(prompt_len, dtype=torch.bool)[None, None]  # a pad row attends to itself
-    next_position = positions[:, -1] + 1
+    decoder = GroupedDecoder(model, n, max_new_tokens)
+    batch = input_ids.shape[0] * n
     unfinished = torch.ones(batch, dtype=torch.bool)
+    padding = torch.full((batch,), pad, dtype=torch.long)
     out = torch.full((batch, max_new_tokens), pad, dtype=torch.long)
     with torch.no_grad():
-        logits = sampler.forward(input_ids, positions, keys, values, 0, allowed)
+        logits = decoder.prefill(input_ids, attention)
         for step in range(max_new_tokens):
             if temperature == 0:
                 token = logits.argmax(dim=-1)
             else:
-                probs = _warp(logits.float(), temperature, top_k, top_p).softmax(dim=-1)
+                probs = _warp(logits, temperature, top_k, top_p).softmax(dim=-1)
                 token = torch.multinomial(probs, num_samples=1).squeeze(1)
-            token = torch.where(unfinished, token, torch.full_like(token, pad))
+            token = torch.where(unfinished, token, padding)
             out[:, step] = token
             unfinished &= token != eos
             if not unfinished.any() or step == max_new_tokens - 1:
                 return out[:, :step + 1]
-            at = prompt_len + step
-            real[:, at] = True
-            logits = sampler.forward(token[:, None], next_position[:, None], keys, values, at,
-                                     real[:, None, None, :at + 1])
-            next_position = next_position + 1
+            logits = decoder.step(token, step)
     return out

@@ -57,10 +57,16 @@ class TinyModelSettings:
 
 def computes_exactly(config: dict) -> bool:
     """True for a Llama config (config.json as a dict) whose network this module and the plain-torch
-    sampler compute as transformers does (vpo.llama_sampler.supports says the same of a loaded model)."""
+    sampler compute as transformers does: a float32 `LlamaForCausalLM` with `standard_block`."""
+    return (config.get("architectures") == ["LlamaForCausalLM"]
+            and config.get("dtype", config.get("torch_dtype")) == "float32" and standard_block(config))
+
+
+def standard_block(config: dict) -> bool:
+    """The block below is this config's (a config as a dict): the default rotary embedding, SiLU, no
+    biases, no tensor-parallel split of the projections."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {"rope_type": "default"}
-    return (config.get("architectures") == ["LlamaForCausalLM"] and config.get("dtype", config.get("torch_dtype")) == "float32"
-            and rope.get("rope_type", "default") == "default" and config.get("hidden_act") == "silu"
+    return (rope.get("rope_type", "default") == "default" and config.get("hidden_act") == "silu"
             and not config.get("attention_bias") and not config.get("mlp_bias")
             and config.get("pretraining_tp", 1) == 1)
 
@@ -144,8 +150,9 @@ class Dims:
 
 
 def rms_norm(x, weight, eps: float):
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return weight * (x * torch.rsqrt(variance + eps))
+    """weight * x / sqrt(mean(x^2) + eps) over the last dimension (torch's rms_norm computes it in
+    transformers' order: the same floats)."""
+    return torch.nn.functional.rms_norm(x, x.shape[-1:], weight, eps)
 
 
 def rotate_half(x):

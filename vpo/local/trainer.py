@@ -71,20 +71,85 @@ def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
             for row, text in zip(rows, texts)]
 
 
+@dataclass
+class Learner:
+    """What one RL step reads and updates: the models, the optimizer, the prompts and the estimator."""
+
+    policy: object  # the model being trained (vpo.tiny_llama.TinyLlama or LlamaForCausalLM)
+    reference: object  # the frozen base model (the KL term's reference)
+    optimizer: object  # the policy's AdamW
+    tokenizer: object  # the models' tokenizer
+    rows: list  # the prepared training rows (vpo.prompts.prepare_row)
+    prompt_ids: list  # each row's rendered prompt as token ids
+    method: object  # vpo.methods.Method
+    task: object  # vpo.task.Task
+    settings: LocalTrainerSettings  # config.yaml's local_trainer block
+    method_settings: dict  # estimator knobs (alpha, sampler, n_weights, k)
+    sampling: object  # vpo.generate.SamplingSettings of the rollouts
+    rng: np.random.Generator  # the estimator's draws (weights, goals)
+
+    def step(self, step: int, seed: int) -> dict:
+        """RL step `step` (1-based) of a run with data seed `seed`: sample, score, estimate, update;
+        returns its metrics record."""
+        import torch
+
+        from vpo.advantage import advantage_for_method
+        from vpo.generate import sample_responses
+        from vpo.local.group_forward import StepBatch
+        from vpo.local.rl import policy_update
+        from vpo.rollouts import as_matrix
+
+        cfg, tokenizer, n = self.settings, self.tokenizer, self.settings.rollouts_per_prompt
+        t_step = time.time()
+        picked = batch_indices(len(self.rows), cfg.prompts_per_step, step, seed)
+        prompts = [self.prompt_ids[i] for i in picked]
+        responses = sample_responses(self.policy, tokenizer, prompts, n, self.sampling, batch_size=cfg.generation_batch)
+        t_gen = time.time() - t_step
+        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+        group_ids = np.repeat(np.arange(len(picked)), n)
+        results = score_rollouts([self.rows[i] for i in picked for _ in range(n)], texts)
+        scores = np.array([float(r["score"]) for r in results])
+        subs = [as_matrix(r["sub_scores"]) for r in results]
+        batch = StepBatch(prompts, responses, n, tokenizer.pad_token_id)
+        mask = batch.mask
+        advantages, diagnostics = advantage_for_method(
+            self.method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=self.method_settings,
+            rng=self.rng, response_lengths=mask.sum(1).numpy())
+        adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
+        with torch.no_grad():
+            ref_logp, _ = batch.logprobs(self.reference, temperature=cfg.temperature)
+        stats = policy_update(self.policy, self.optimizer, batch, adv, ref_logp, cfg)
+        return {
+            "step": step,
+            "score_mean": float(scores.mean()),
+            "score_max": float(scores.max()),
+            **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in self.task.objective_names},
+            "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
+            "pool_diversity": group_pool_diversity(subs, group_ids),
+            "advantage/max": float(np.max(advantages)),
+            "advantage/min": float(np.min(advantages)),
+            "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
+            **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
+            "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
+            "response_length_mean": float(mask.sum(1).mean()),
+            # stopped by max_new_tokens before the end-of-sequence token
+            "truncated_share": float(np.mean([not r or r[-1] != tokenizer.eos_token_id for r in responses])),
+            **{key: float(np.mean(values)) for key, values in stats.items()},
+            "generation_s": round(t_gen, 4),
+            "step_s": round(time.time() - t_step, 4),
+        }
+
+
 def train_local(spec: RunSpec) -> dict:
     """Run (or resume) one cell; returns the train.json payload, written last."""
     import torch
 
-    from vpo.advantage import advantage_for_method
     from vpo.config import file_digest
-    from vpo.generate import SamplingSettings, render_prompts, sample_responses
     from vpo.data import read_rows
-    from vpo.generate import load_pretrained
+    from vpo.generate import SamplingSettings, load_pretrained, render_prompts
     from vpo.llama_sampler import supports
-    from vpo.local.group_forward import StepBatch
-    from vpo.local.rl import optimizer_for, policy_update
+    from vpo.local.rl import optimizer_for
     from vpo.methods import get_method
-    from vpo.rollouts import as_matrix
     from vpo.task import resolve
 
     cfg = spec.settings
@@ -154,51 +219,13 @@ def train_local(spec: RunSpec) -> dict:
                                 "config_hash": spec.config_hash, **cfg.to_dict()})
 
     sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new, seed=None)
-    n = cfg.rollouts_per_prompt
+    learner = Learner(policy, reference, optimizer, tokenizer, rows, prompt_ids, method, task, cfg,
+                      spec.method_settings, sampling, np_rng)
     t_run = time.time()
     progress = Progress(cfg.steps, "step", start_done=start_step)
     for step in range(start_step + 1, cfg.steps + 1):
-        t_step = time.time()
-        picked = batch_indices(len(rows), cfg.prompts_per_step, step, spec.seed)
-        responses = sample_responses(policy, tokenizer, [prompt_ids[i] for i in picked], n, sampling,
-                                     batch_size=cfg.generation_batch)
-        t_gen = time.time() - t_step
-        rollout_rows = [rows[i] for i in picked for _ in range(n)]
-        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
-        group_ids = np.repeat(np.arange(len(picked)), n)
-        results = score_rollouts(rollout_rows, texts)
-        scores = np.array([float(r["score"]) for r in results])
-        subs = [as_matrix(r["sub_scores"]) for r in results]
-        batch = StepBatch([prompt_ids[i] for i in picked], responses, n, tokenizer.pad_token_id)
-        mask = batch.mask
-        advantages, diagnostics = advantage_for_method(
-            method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=spec.method_settings, rng=np_rng,
-            response_lengths=mask.sum(1).numpy())
-        adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
-        with torch.no_grad():
-            ref_logp, _ = batch.logprobs(reference, temperature=cfg.temperature)
-        stats = policy_update(policy, optimizer, batch, adv, ref_logp, cfg)
-
-        record = {
-            "step": step,
-            "score_mean": float(scores.mean()),
-            "score_max": float(scores.max()),
-            **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in task.objective_names},
-            "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
-            "pool_diversity": group_pool_diversity(subs, group_ids),
-            "advantage/max": float(np.max(advantages)),
-            "advantage/min": float(np.min(advantages)),
-            "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
-            **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
-            "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
-            "response_length_mean": float(mask.sum(1).mean()),
-            # stopped by max_new_tokens before the end-of-sequence token
-            "truncated_share": float(np.mean([not r or r[-1] != tokenizer.eos_token_id for r in responses])),
-            **{key: float(np.mean(values)) for key, values in stats.items()},
-            "generation_s": round(t_gen, 4),
-            "step_s": round(time.time() - t_step, 4),
-            "wall_time_s": round(time.time() - t_run, 4),
-        }
+        record = learner.step(step, spec.seed)
+        record["wall_time_s"] = round(time.time() - t_run, 4)
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
         tracking.log_step(tracker, record, step)
