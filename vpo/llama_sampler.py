@@ -86,8 +86,8 @@ class GroupedDecoder:
         """Logits (B, V) of each rollout's first token, from the prompts input_ids, attention (G, P) long."""
         import torch
 
-        from vpo.tiny_llama import (attention_inputs, attention_output, head_logits, left_padded_positions,
-                                    mlp_residual, rotary_tables)
+        from vpo.tiny_llama import (additive, attention_inputs, attention_output, head_logits,
+                                    left_padded_positions, mlp_residual, rotary_tables)
 
         d, n = self.dims, self.n
         groups, width = input_ids.shape
@@ -97,7 +97,7 @@ class GroupedDecoder:
         causal = torch.ones((width, width), dtype=torch.bool).tril()
         real = attention.bool()
         # a pad query attends to itself only (its output is never read; a row with no key would be NaN)
-        allowed = (causal[None, None] & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool)[None, None]
+        mask = additive((causal[None, None] & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool)[None, None])
         hidden = self.model.model.embed_tokens(input_ids)
         self.prompt_keys, self.prompt_values = [], []
         for layer in self.layers:
@@ -105,7 +105,7 @@ class GroupedDecoder:
             # contiguous once here, not copied by every step's product
             self.prompt_keys.append(k.transpose(-1, -2).reshape(groups * d.kv_heads, d.head_dim, width))
             self.prompt_values.append(v.reshape(groups * d.kv_heads, width, d.head_dim))
-            hidden = mlp_residual(layer, d, hidden + attention_output(layer, d, q, k, v, allowed))
+            hidden = mlp_residual(layer, d, hidden + attention_output(layer, d, q, k, v, mask))
         # the prompts' pads are never attended to by a rollout
         bias = torch.zeros((groups, 1, 1, width)).masked_fill(~real[:, None, None, :], -float("inf"))
         self.prompt_bias = bias.expand(groups, d.kv_heads, 1, width).reshape(groups * d.kv_heads, 1, width)

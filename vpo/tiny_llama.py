@@ -184,16 +184,22 @@ def attention_inputs(layer, dims: Dims, hidden, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
 
-def attention_output(layer, dims: Dims, q, keys, values, allowed):
+def additive(allowed):
+    """A bool mask (True = may attend) as the float mask attention_output takes: 0 or -inf. Made once per
+    forward: scaled_dot_product_attention turns a bool mask into this on every call (the same result)."""
+    return torch.zeros(allowed.shape).masked_fill(~allowed, -float("inf"))
+
+
+def attention_output(layer, dims: Dims, q, keys, values, mask):
     """The attention block's output (N, L, H), to be added to the residual: queries (N, heads, L, d) over
     keys and values (N, kv heads, K, d), each key/value head shared by heads / kv heads query heads;
-    allowed (N, 1, L, K) bool."""
+    mask (N, 1, L, K) float, `additive` of the positions each query may attend to."""
     import torch.nn.functional as F
 
     share = dims.heads // dims.kv_heads
     if share > 1:
         keys, values = keys.repeat_interleave(share, dim=1), values.repeat_interleave(share, dim=1)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=dims.scale)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=dims.scale)
     return layer.self_attn.o_proj(out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1))
 
 
@@ -220,10 +226,11 @@ def causal_forward(model, input_ids, attention=None):
     cos, sin = rotary_tables(dims, left_padded_positions(attention))
     causal = torch.ones((length, length), dtype=torch.bool).tril()
     allowed = (causal[None, None] & attention.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool)[None, None]
+    mask = additive(allowed)
     hidden = model.model.embed_tokens(input_ids)
     for layer in model.model.layers:
         q, k, v = attention_inputs(layer, dims, hidden, cos, sin)
-        hidden = mlp_residual(layer, dims, hidden + attention_output(layer, dims, q, k, v, allowed))
+        hidden = mlp_residual(layer, dims, hidden + attention_output(layer, dims, q, k, v, mask))
     return head_logits(model, dims, hidden)
 
 

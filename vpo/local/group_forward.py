@@ -27,8 +27,8 @@ def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, respo
     """
     import torch
 
-    from vpo.tiny_llama import (Dims, attention_inputs, attention_output, head_logits, left_padded_positions,
-                                mlp_residual, rotary_tables)
+    from vpo.tiny_llama import (Dims, additive, attention_inputs, attention_output, head_logits,
+                                left_padded_positions, mlp_residual, rotary_tables)
 
     dims = Dims(model.config)
     width_p = prompt_ids.shape[1]
@@ -48,6 +48,7 @@ def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, respo
                         causal_r[None, None] & response_real[:, None, None, :]], dim=-1)
     mask_r = mask_r | torch.cat([torch.zeros((width_r, width_p), dtype=torch.bool),
                                  torch.eye(width_r, dtype=torch.bool)], dim=-1)[None, None]
+    mask_p, mask_r = additive(mask_p), additive(mask_r)
 
     embed = model.model.embed_tokens
     hidden_p, hidden_r = embed(prompt_ids), embed(response_ids)
