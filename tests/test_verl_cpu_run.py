@@ -1,7 +1,15 @@
-"""veRL's real trainer on CPU through the project's commands (verl_cpu preset): a run killed after
-its first checkpoint resumes from it through veRL's own resume and finishes; every step's metrics
-come from veRL with VPO's diagnostics (so the reward's sub_scores reached the estimator through a
-real rollout); the checkpoint merges with veRL's merger and the merged model evaluates."""
+"""veRL's real trainer on CPU through the project's commands (verl_cpu preset), each step for what it proves:
+
+- the first veRL run (killed once step 1 is checkpointed and logged): veRL's own trainer and workers run
+  the plug-in (VPO's estimator and the task's reward) on a real rollout, and checkpoint;
+- the second run: veRL's own resume continues from that checkpoint (step 2 only, no step rerun), and
+  every step's metrics come from veRL with VPO's diagnostics (the reward's sub_scores reached the
+  estimator);
+- merge: veRL's merger turns the checkpoint into a Hugging Face model; eval: that model evaluates.
+
+Two runs because a resume needs a killed process; 2 steps of 4 prompts on the tiny model, one agent
+loop worker (vpo/verl_ext/command.py). About 3 minutes on 2 cores, most of it the workers' start-up.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("verl")
-pytestmark = pytest.mark.slow  # two veRL runs with Ray start-up: about 4 minutes on 2 cores
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 

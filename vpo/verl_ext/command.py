@@ -115,6 +115,8 @@ def cpu_overrides(gpus: int) -> list[str]:
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "data.dataloader_num_workers=0",
+        # one agent loop worker (veRL starts 8 by default: 8 Ray processes that each import veRL)
+        "actor_rollout_ref.rollout.agent.num_workers=1",
     ]
 
 
