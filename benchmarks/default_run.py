@@ -2,6 +2,7 @@
 
     python benchmarks/default_run.py                  # this checkout's HEAD
     python benchmarks/default_run.py --commit 101701e # any commit, to compare two on one machine
+    python benchmarks/default_run.py --seeds 0 1 2    # other training seeds than the preset's
 
 Clones the commit into a temporary directory and runs Snakemake there with this checkout's environment
 (the clone's own code runs: jobs import the working directory's `vpo`). Prints Snakemake's wall seconds
@@ -65,8 +66,9 @@ def train_fixed_seconds(jobs, runs: Path) -> list[float]:
     return fixed
 
 
-def run_target(clone: Path, target: str | None, cores: int) -> tuple[float, str]:
+def run_target(clone: Path, target: str | None, cores: int, config: list[str]) -> tuple[float, str]:
     command = [str(Path(sys.executable).parent / "snakemake"), "--cores", str(cores)] + ([target] if target else [])
+    command += ["--config", *config] if config else []
     start = time.perf_counter()
     done = subprocess.run(command, cwd=clone, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -80,6 +82,8 @@ def main() -> None:
     parser.add_argument("--commit", default="HEAD", help="the commit to clone (default: HEAD)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="train these seeds instead of the preset's (e.g. --seeds 0 1 2)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="vpo_default_run_"))
@@ -87,10 +91,11 @@ def main() -> None:
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     subprocess.run(["git", "checkout", "-q", args.commit], cwd=clone, check=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True).stdout
-    print(f"commit {commit.strip()}, {args.cores} cores, clone {clone}")
+    config = [f"seeds=[{','.join(map(str, args.seeds))}]"] if args.seeds else []
+    print(f"commit {commit.strip()}, {args.cores} cores, clone {clone}" + (f", {config[0]}" if config else ""))
     logs = []
     for label, target in (("figures/pass_at_k.pdf", "figures/pass_at_k.pdf"), ("every other default target", None)):
-        seconds, log = run_target(clone, target, args.cores)
+        seconds, log = run_target(clone, target, args.cores, config)
         logs.append(log)
         print(f"{label:28s} {seconds:7.1f} s")
     jobs = job_seconds("\n".join(logs))

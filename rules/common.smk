@@ -21,10 +21,11 @@ from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures
 
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
-# What --configfile/--config set differently from the project's config.yaml wins over the preset.
+# What --configfile sets differently from the project's config.yaml, and whatever --config sets, wins
+# over the preset.
 try:
     with open(Path(workflow.basedir).parent / "config.yaml") as _fh:
-        _OVERRIDES = user_overrides(config, yaml.safe_load(_fh))
+        _OVERRIDES = user_overrides(config, yaml.safe_load(_fh), workflow.config_settings.config)
     for _key in preset_conflicts(config, _OVERRIDES):
         print(f"config: preset '{config.get('preset')}' sets {_key}, but your --configfile/--config value is used",
               file=sys.stderr)

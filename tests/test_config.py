@@ -209,6 +209,10 @@ def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
     assert cfg["task_settings"]["maze"]["data"]["train_size"] == 256  # the rest of the preset still applies
     assert resolve_config(cfg) == cfg  # a job re-reading the snapshot sees the same config
     assert user_overrides(project, project) == {}
+    # `--config seeds=[0,1,2]` repeats config.yaml's seeds: still the user's, so it wins over cpu's five
+    repeated = user_overrides(project, project, {"seeds": ["0", "1", "2"], "preset": "cpu"})
+    assert repeated == {"seeds": [0, 1, 2]}
+    assert resolve_config(project, "cpu", repeated)["seeds"] == [0, 1, 2]
 
 
 def test_every_numeric_local_trainer_setting_has_a_range():

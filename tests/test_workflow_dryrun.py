@@ -302,6 +302,13 @@ def test_command_line_seeds_win_over_the_default_preset(tmp_path):
     assert counts["train.json"] == 4  # 4 methods x 1 seed
 
 
+def test_command_line_seeds_equal_to_config_yamls_still_win(tmp_path):
+    """`--config seeds=[0,1,2]` is config.yaml's own list: it once went unnoticed and the cpu preset's five
+    seeds were planned."""
+    counts = job_counts(cli_dryrun(tmp_path, "figures/pass_at_k.pdf", "--config", "seeds=[0,1,2]"))
+    assert counts["train"] == 12  # 4 methods x 3 seeds
+
+
 
 @pytest.mark.parametrize("path", ["results/ci/runs/maze/grpo/seed0/model", "results/ci/data/maze/train.parquet",
                                   "figures/ci/pass_at_k.pdf"])

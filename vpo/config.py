@@ -118,16 +118,21 @@ def numbers_in_lists(value: Any) -> Any:
     return value
 
 
-def user_overrides(raw: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
-    """What raw (config.yaml + --configfile + --config, as Snakemake merged them) sets differently
-    from the project's config.yaml: the leaves that differ or are new, outside `preset`/`presets`."""
+def user_overrides(raw: Mapping[str, Any], project: Mapping[str, Any],
+                   command_line: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What the user set over the project's config.yaml, outside `preset`/`presets`: the leaves of raw
+    (config.yaml + --configfile + --config, as Snakemake merged them) that differ from config.yaml or
+    are new, and every leaf of command_line (Snakemake's --config mapping), even one equal to
+    config.yaml's (`--config seeds=[0,1,2]` repeats config.yaml's seeds, and must still win over a
+    preset's)."""
     def diff(a: Any, b: Any) -> Any:
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             out = {k: diff(v, b[k]) if k in b else v for k, v in a.items() if k not in b or v != b[k]}
             return {k: v for k, v in out.items() if v != {}}
         return a
-    return {k: v for k, v in diff(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project))).items()
-            if k not in ("preset", "presets")}
+    found = diff(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project)))
+    found = deep_merge(found, numbers_in_lists(dict(command_line or {})))
+    return {k: v for k, v in found.items() if k not in ("preset", "presets")}
 
 
 def preset_conflicts(raw: Mapping[str, Any], overrides: Mapping[str, Any], preset: str | None = None) -> list[str]:
