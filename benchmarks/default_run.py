@@ -59,9 +59,11 @@ def train_fixed_seconds(jobs, runs: Path) -> list[float]:
     (process start, imports, loading the data and models, the last checkpoint and the final model)."""
     fixed = []
     for rule, wildcards, seconds in jobs:
-        cell = dict(part.split("=") for part in wildcards.split(", ") if "=" in part)
-        info = runs / cell.get("task", "") / cell.get("method", "") / f"seed{cell.get('seed', '')}" / "train.json"
-        if rule == "train" and info.is_file():
+        if rule != "train":
+            continue
+        cell = dict(part.split("=") for part in wildcards.split(", "))
+        info = runs / cell["task"] / cell["method"] / f"seed{cell['seed']}" / "train.json"
+        if info.is_file():
             fixed.append(seconds - json.loads(info.read_text())["train_loop_s"])
     return fixed
 

@@ -85,7 +85,7 @@ def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
     import numpy as np
     import torch
 
-    from vpo.config import load_config
+    from vpo.config import load_config, method_settings
     from vpo.generate import SamplingSettings, render_prompts
     from vpo.local.rl import optimizer_for
     from vpo.local.trainer import Learner
@@ -94,9 +94,11 @@ def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
     from vpo.settings import LocalTrainerSettings
     from vpo.task import resolve
 
-    cfg = LocalTrainerSettings.from_dict(load_config(preset="cpu")["local_trainer"])
+    config = load_config(preset="cpu")
+    cfg = LocalTrainerSettings.from_dict(config["local_trainer"])
+    settings = dict(method_settings(config, "vpo"))
     method = get_method("vpo")
-    rows = [prepare_row(row, "vpo", 3, 0) for row in rows]
+    rows = [prepare_row(row, "vpo", 3, 0, alpha=settings.get("alpha")) for row in rows]
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
                   for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
     policy = model.train()
@@ -105,7 +107,7 @@ def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
                                 max_new_tokens=cfg.max_new_tokens_for(method.prompt), seed=None)
     torch.manual_seed(0)
     learner = Learner(policy, reference, optimizer_for(policy, cfg), tokenizer, rows, prompt_ids, method,
-                      resolve("maze"), cfg, {"alpha": 1.0}, sampling, np.random.default_rng(0))
+                      resolve("maze"), cfg, settings, sampling, np.random.default_rng(0))
     learner.step(1, 0)  # warm-up
     records = [learner.step(step, 0) for step in range(2, steps + 2)]
     return [(r["step_s"], r["generation_s"]) for r in records]

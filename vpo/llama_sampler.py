@@ -86,7 +86,7 @@ class GroupedDecoder:
         """Logits (B, V) of each rollout's first token, from the prompts input_ids, attention (G, P) long."""
         import torch
 
-        from vpo.tiny_llama import (additive, attention_inputs, attention_output, head_logits,
+        from vpo.tiny_llama import (additive, attention_inputs, attention_output, head_logits, left_padded_mask,
                                     left_padded_positions, mlp_residual, rotary_tables)
 
         d, n = self.dims, self.n
@@ -94,20 +94,17 @@ class GroupedDecoder:
         batch = groups * n
         positions = left_padded_positions(attention)
         cos, sin = rotary_tables(d, positions)
-        causal = torch.ones((width, width), dtype=torch.bool).tril()
-        real = attention.bool()
-        # a pad query attends to itself only (its output is never read; a row with no key would be NaN)
-        mask = additive((causal[None, None] & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool)[None, None])
+        mask = left_padded_mask(attention)
         hidden = self.model.model.embed_tokens(input_ids)
         self.prompt_keys, self.prompt_values = [], []
         for layer in self.layers:
             q, k, v = attention_inputs(layer, d, hidden, cos, sin)
             # contiguous once here, not copied by every step's product
-            self.prompt_keys.append(k.transpose(-1, -2).reshape(groups * d.kv_heads, d.head_dim, width))
-            self.prompt_values.append(v.reshape(groups * d.kv_heads, width, d.head_dim))
+            self.prompt_keys.append(k.transpose(-1, -2).reshape(groups * d.kv_heads, d.head_dim, width).contiguous())
+            self.prompt_values.append(v.reshape(groups * d.kv_heads, width, d.head_dim).contiguous())
             hidden = mlp_residual(layer, d, hidden + attention_output(layer, d, q, k, v, mask))
         # the prompts' pads are never attended to by a rollout
-        bias = torch.zeros((groups, 1, 1, width)).masked_fill(~real[:, None, None, :], -float("inf"))
+        bias = additive(attention.bool()[:, None, None, :])  # (G, 1, 1, P)
         self.prompt_bias = bias.expand(groups, d.kv_heads, 1, width).reshape(groups * d.kv_heads, 1, width)
         # the rollouts' own keys (transposed: ready for q @ k) and values; read only where written
         cache = (len(self.layers), batch, d.kv_heads)

@@ -190,6 +190,15 @@ def additive(allowed):
     return torch.zeros(allowed.shape).masked_fill(~allowed, -float("inf"))
 
 
+def left_padded_mask(attention):
+    """The additive mask (N, 1, L, L) of left-padded rows (N, L) attending to themselves: causal over the
+    real tokens; a pad query attends to itself only (its output is never read; a row with no key would
+    be NaN)."""
+    length = attention.shape[1]
+    causal = torch.ones((length, length), dtype=torch.bool).tril()
+    return additive((causal[None, None] & attention.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool)[None, None])
+
+
 def attention_output(layer, dims: Dims, q, keys, values, mask):
     """The attention block's output (N, L, H), to be added to the residual: queries (N, heads, L, d) over
     keys and values (N, kv heads, K, d), each key/value head shared by heads / kv heads query heads;
@@ -221,12 +230,9 @@ def causal_forward(model, input_ids, attention=None):
     """Logits (N, L, V) of left-padded rows (N, L) with attention (N, L) (1 = real token; None = all real),
     as transformers' forward computes them; a pad row attends to itself only (its logits are never read)."""
     dims = Dims(model.config)
-    rows, length = input_ids.shape
     attention = torch.ones_like(input_ids) if attention is None else attention
     cos, sin = rotary_tables(dims, left_padded_positions(attention))
-    causal = torch.ones((length, length), dtype=torch.bool).tril()
-    allowed = (causal[None, None] & attention.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool)[None, None]
-    mask = additive(allowed)
+    mask = left_padded_mask(attention)
     hidden = model.model.embed_tokens(input_ids)
     for layer in model.model.layers:
         q, k, v = attention_inputs(layer, dims, hidden, cos, sin)

@@ -28,7 +28,7 @@ def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, respo
     import torch
 
     from vpo.tiny_llama import (Dims, additive, attention_inputs, attention_output, head_logits,
-                                left_padded_positions, mlp_residual, rotary_tables)
+                                left_padded_mask, left_padded_positions, mlp_residual, rotary_tables)
 
     dims = Dims(model.config)
     width_p = prompt_ids.shape[1]
@@ -39,16 +39,15 @@ def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, respo
     cos_p, sin_p = rotary_tables(dims, left_padded_positions(prompt_attention))
     cos_r, sin_r = rotary_tables(dims, positions_r)
 
-    causal_p = torch.ones((width_p, width_p), dtype=torch.bool).tril()
-    # a pad query attends to itself only (its output is never read; a row with no key would be NaN)
-    mask_p = (causal_p[None, None] & prompt_real[:, None, None, :]) | torch.eye(width_p, dtype=torch.bool)[None, None]
+    mask_p = left_padded_mask(prompt_attention)
     causal_r = torch.ones((width_r, width_r), dtype=torch.bool).tril()
     response_real = response_mask.bool()
     mask_r = torch.cat([prompt_real[group_of][:, None, None, :].expand(batch, 1, width_r, width_p),
                         causal_r[None, None] & response_real[:, None, None, :]], dim=-1)
+    # a pad query attends to itself only (its output is never read; a row with no key would be NaN)
     mask_r = mask_r | torch.cat([torch.zeros((width_r, width_p), dtype=torch.bool),
                                  torch.eye(width_r, dtype=torch.bool)], dim=-1)[None, None]
-    mask_p, mask_r = additive(mask_p), additive(mask_r)
+    mask_r = additive(mask_r)
 
     embed = model.model.embed_tokens
     hidden_p, hidden_r = embed(prompt_ids), embed(response_ids)
