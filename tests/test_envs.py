@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENVS = ("cpu", "plot", "gpu", "vllm-cpu")
 GROUPS = {"cpu": ("base", "cpu"), "plot": ("base",), "gpu": ("base", "gpu"), "vllm-cpu": ("base", "vllm-cpu")}
 # lock -> the pyproject groups it was made from (the Makefile's `lock` target)
-LOCKS = {"cpu": ("base", "cpu", "workflow"), "test": ("base", "cpu", "verl", "workflow", "dev"),
+LOCKS = {"cpu": ("base", "cpu", "workflow"), "test": ("base", "cpu", "verl", "trl", "workflow", "dev"),
          "vllm-cpu": ("base", "vllm-cpu", "dev"), "gpu": ("base", "gpu")}
 # the lock each conda environment's pins must agree with
 ENV_LOCK = {"cpu": "test", "plot": "test", "gpu": "gpu", "vllm-cpu": "vllm-cpu"}

@@ -1,0 +1,156 @@
+"""vpo.trl_ext: TRL's GRPOTrainer with the project's estimators. One generation batch of the tiny maze
+model goes through the trainer's real `_generate_and_score_completions`; the advantages it hands TRL's
+loss are recomputed here from the completions it returns (decoded, rescored, grouped as TRL orders
+them), and TRL's own GRPO is compared with the project's on the same rewards."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+
+N = 3  # completions per prompt (the tiny settings' rollouts_per_prompt)
+
+
+def synthetic_scorer(completion: str, *, reward_model: dict, **_) -> dict:
+    """A scorer of your own: 1 to 3 answers of 4 objectives, read from a hash of the text, so that an
+    untrained model's completions still get rewards that differ."""
+    digest = hashlib.sha256(completion.encode()).digest()
+    m = 1 + digest[0] % 3
+    matrix = [[digest[1 + 4 * i + j] / 255.0 for j in range(4)] for i in range(m)]
+    return {"score": float(max(sum(row) for row in matrix)), "sub_scores": json.dumps(matrix)}
+
+
+def texts_of(trainer, output) -> list[str]:
+    """The completions TRL generated, decoded as its reward functions see them."""
+    ids, mask = output["completion_ids"], output["completion_mask"].bool()
+    return trainer.processing_class.batch_decode([row[keep] for row, keep in zip(ids, mask)], skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def one_batch(tiny_maze_data, tiny_multi_base_model, tiny_local_settings, tmp_path_factory):
+    """(make_trainer(method, **kwargs), the 2 prompts x N rows TRL's sampler hands the trainer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vpo.trl_ext.trainer import EstimatorGRPOTrainer, grpo_arguments, task_dataset
+
+    dataset = task_dataset(str(tiny_maze_data), "vpo")
+    out = tmp_path_factory.mktemp("trl")
+
+    def make(method, trainer_class=EstimatorGRPOTrainer, **kwargs):
+        args = grpo_arguments(tiny_local_settings, max_new_tokens=24, output_dir=str(out), seed=0,
+                              **kwargs.pop("changes", {}))
+        model = AutoModelForCausalLM.from_pretrained(tiny_multi_base_model)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_multi_base_model)
+        if method is not None:
+            kwargs["method"] = method
+        return trainer_class(model, args=args, train_dataset=dataset, processing_class=tokenizer, **kwargs)
+
+    return make, [dataset[i] for i in range(2) for _ in range(N)]
+
+
+def test_an_unsupported_trl_release_stops_with_one_line(monkeypatch):
+    import trl
+
+    from vpo.trl_ext import require_supported_trl
+
+    monkeypatch.setattr(trl, "__version__", "1.15.2")
+    with pytest.raises(RuntimeError) as err:
+        require_supported_trl()
+    assert "1.15.2" in str(err.value) and "1.16" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_trls_own_scaling_and_reward_functions_are_refused(one_batch):
+    make, _ = one_batch
+    with pytest.raises(ValueError, match="scale_rewards='none'"):
+        make("vpo", changes={"scale_rewards": "group"})
+    with pytest.raises(TypeError, match="reward_funcs"):
+        make("vpo", reward_funcs=[lambda **_: [0.0]])
+
+
+@pytest.mark.parametrize("method", ["vpo", "grpo", "max_at_k"])
+def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_groups(one_batch, method):
+    from vpo.advantage import advantage_for_method
+    from vpo.rollouts import as_matrix
+
+    make, batch = one_batch
+    trainer = make(method, scorer=synthetic_scorer, estimator_seed=7)
+    output = trainer._generate_and_score_completions(batch)
+    results = [synthetic_scorer(text, **row) for text, row in zip(texts_of(trainer, output), batch)]
+    scores = np.array([r["score"] for r in results])
+    groups = np.repeat(np.arange(len(batch) // N), N)
+    assert len(set(scores.round(6))) > 2, "the completions must score differently for the comparison to mean anything"
+    if method == "grpo":  # written out: (r - group mean) / (unbiased group std + 1e-6)
+        by_group = scores.reshape(-1, N)
+        expected = ((by_group - by_group.mean(1, keepdims=True)) / (by_group.std(1, ddof=1, keepdims=True) + 1e-6)).ravel()
+    else:  # the same estimator with the same seeded generator: the same Dirichlet weights
+        expected, _ = advantage_for_method(method, scores=scores, sub_scores=[as_matrix(r["sub_scores"]) for r in results],
+                                           group_ids=groups, rng=np.random.default_rng([7, 1]))
+    np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
+    logged = trainer._metrics["eval"]  # outside train() the model is in eval mode
+    assert logged["advantage/std"] and logged["pool_diversity"]
+    if method == "vpo":
+        assert logged["vpo/rows_per_rollout_mean"][-1] == pytest.approx(np.mean([len(as_matrix(r["sub_scores"])) for r in results]))
+
+
+def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
+    """TRL: (r - mean) / (unbiased std + 1e-4); the project (veRL's): the same with 1e-6."""
+    from trl import GRPOTrainer
+
+    from vpo.advantage import grpo_advantage
+
+    make, batch = one_batch
+
+    def scalar(completions, **columns):
+        return [synthetic_scorer(c[-1]["content"], reward_model=rm)["score"]
+                for c, rm in zip(completions, columns["reward_model"])]
+
+    trainer = make(None, trainer_class=GRPOTrainer, reward_funcs=[scalar], changes={"scale_rewards": "group"})
+    output = trainer._generate_and_score_completions(batch)
+    scores = np.array([synthetic_scorer(text, **row)["score"] for text, row in zip(texts_of(trainer, output), batch)])
+    std = np.repeat(scores.reshape(-1, N).std(1, ddof=1), N)
+    ours = grpo_advantage(scores, np.repeat(np.arange(len(batch) // N), N))
+    np.testing.assert_allclose(output["advantages"].numpy(), ours * (std + 1e-6) / (std + 1e-4), rtol=1e-5, atol=1e-6)
+
+
+def test_two_rl_steps_train_and_log_the_estimators_diagnostics(one_batch):
+    make, _ = one_batch
+    trainer = make("vpo", scorer=synthetic_scorer, changes={"max_steps": 4})  # 2 RL steps x 2 mini-batches
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 4
+    assert any(not np.allclose(a.numpy(), b.detach().numpy()) for a, b in zip(before, trainer.model.parameters()))
+    steps = [row for row in trainer.state.log_history if "loss" in row]
+    assert len(steps) == 4 and all("kl" in row for row in steps)
+    # TRL logs a generation batch's metrics with its first optimizer step: one row per RL step
+    generated = [row for row in steps if "pool_diversity" in row]
+    assert len(generated) == 2 and all("vpo/rows_per_rollout_mean" in row for row in generated)
+
+
+def test_the_recipe_in_docs_trl_md_runs_as_written(tiny_multi_base_model, tmp_path, monkeypatch):
+    """docs/trl.md's code block, with the tiny maze model and 2 RL steps: it trains, and the VPO
+    diagnostics reach TRL's log."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "trl.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 1, "docs/trl.md: one python block, the recipe"
+    code = re.sub(r"^MODEL = .*$", f"MODEL = {str(tiny_multi_base_model)!r}", blocks[0], count=1, flags=re.M)
+    code = re.sub(r"^STEPS = .*$", "STEPS = 2", code, count=1, flags=re.M)
+    assert code.count("MODEL = ") == 1 and "STEPS = 2\n" in code and code != blocks[0]
+    monkeypatch.chdir(tmp_path)  # the recipe writes to ./vpo-trl
+    scope: dict = {}
+    exec(compile(code, "docs/trl.md", "exec"), scope)
+    trainer = scope["trainer"]
+    assert trainer.state.global_step == 4
+    logged = [row for row in trainer.state.log_history if "pool_diversity" in row]
+    assert len(logged) == 2 and all("vpo/pool_expected_best_mean" in row for row in logged)
+    # the scorer of the recipe on hand-made completions: 2 answers, one correct and balanced
+    assert scope["score"]("<answer_1>3 + 4</answer_1><answer_2>2 + 2</answer_2>", target=7) == {
+        "score": pytest.approx(1 + 6 / 7), "sub_scores": json.dumps([[1.0, 1 - 1 / 7], [0.0, 0.0]])}
+    assert json.loads(scope["score"]("no tags at all", target=7)["sub_scores"]) == [[0.0, 0.0]]
