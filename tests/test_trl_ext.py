@@ -154,3 +154,74 @@ def test_the_recipe_in_docs_trl_md_runs_as_written(tiny_multi_base_model, tmp_pa
     assert scope["score"]("<answer_1>3 + 4</answer_1><answer_2>2 + 2</answer_2>", target=7) == {
         "score": pytest.approx(1 + 6 / 7), "sub_scores": json.dumps([[1.0, 1 - 1 / 7], [0.0, 0.0]])}
     assert json.loads(scope["score"]("no tags at all", target=7)["sub_scores"]) == [[0.0, 0.0]]
+
+
+def trl_train_args(cfg, data, base, out, method="vpo"):
+    return ["train", "--backend", "trl", "--task", "maze", "--method", method, "--seed", "0", "--preset", "ci",
+            "--config", str(cfg), "--data", str(data), "--base-model", str(base), "--out", str(out)]
+
+
+def test_a_killed_trl_cell_resumes_to_the_run_an_uninterrupted_one_writes(tiny_maze_data, tiny_multi_base_model,
+                                                                         tmp_path):
+    """`vpo train --backend trl` (the workflow's trl backend) killed after its first checkpoint resumes
+    from it; its metrics.jsonl (the local trainer's keys but ppo_kl, one record per RL step) and final
+    model equal an uninterrupted run's; merge copies the model; a checkpoint of other settings is not resumed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import yaml
+    from safetensors.numpy import load_file
+
+    from conftest import TINY_LOCAL_TRAINER
+    from vpo.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    raw = yaml.safe_load((repo / "config.yaml").read_text())
+    raw["presets"]["ci"]["local_trainer"] = {**TINY_LOCAL_TRAINER, "steps": 6, "checkpoint_every": 2}
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+    killed, fresh = tmp_path / "killed", tmp_path / "fresh"
+    proc = subprocess.Popen([sys.executable, "-m", "vpo.cli", *trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, killed)],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list((killed / "checkpoints").glob("checkpoint-*/record.json")) and proc.poll() is None:
+        assert time.time() < deadline, "no checkpoint within 5 minutes"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "train.json").exists(), "the run finished before it could be killed"
+
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, killed)) == 0
+    info = json.loads((killed / "train.json").read_text())
+    assert info["backend"] == "trl" and 2 <= info["resumed_from_step"] < 6
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, fresh)) == 0
+
+    def metrics(run):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if k not in ("generation_s", "step_s", "wall_time_s")} for row in rows]
+
+    resumed = metrics(killed)
+    assert [row["step"] for row in resumed] == [1, 2, 3, 4, 5, 6]
+    local_keys = {"score_mean", "score_max", "reward/completion", "acc", "pool_diversity", "advantage/max",
+                  "advantage/zero_frac", "vpo/advantage_draw_std", "parse_failure_rate", "response_length_mean",
+                  "truncated_share", "pg_loss", "kl", "entropy", "clipfrac", "grad_norm"}
+    assert local_keys <= set(resumed[0])
+    assert resumed == metrics(fresh)
+    final = [load_file(run / "checkpoints" / "final" / "model.safetensors") for run in (killed, fresh)]
+    assert all(np.array_equal(final[0][name], final[1][name]) for name in final[0])
+
+    assert main(["merge", "--run", str(killed)]) == 0
+    from vpo.generate import load_pretrained
+
+    load_pretrained(killed / "model")
+
+    raw["presets"]["ci"]["local_trainer"]["lr"] = 1e-3  # other settings: the old checkpoints are set aside
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    (killed / "train.json").unlink()
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, killed)) == 0
+    assert json.loads((killed / "train.json").read_text())["resumed_from_step"] == 0

@@ -273,7 +273,7 @@ def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, A
 
     Evaluation settings are left out: changing them re-evaluates, it does not retrain.
     """
-    trainer_block = "local_trainer" if cfg["backend"] == "local" else "verl"
+    trainer_block = "verl" if cfg["backend"] == "verl" else "local_trainer"
     return {
         "backend": cfg["backend"],
         "task": {**{key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
@@ -292,16 +292,17 @@ def cell_digest(cfg: Mapping[str, Any], task: str, method: str | None = None) ->
 
 
 def trains_tiny_base(cfg: Mapping[str, Any]) -> bool:
-    """Cells train from the tiny CPU base models (`vpo base-model`): the local trainer, and veRL on CPU."""
-    return cfg["backend"] == "local" or cfg["verl"]["device"] == "cpu"
+    """Cells train from the tiny CPU base models (`vpo base-model`): the local trainer, TRL, and veRL on CPU."""
+    return cfg["backend"] in ("local", "trl") or cfg["verl"]["device"] == "cpu"
 
 
 def scale_note(cfg: Mapping[str, Any]) -> str:
     """One line naming the preset and the scale a figure was made at (figure titles)."""
     if trains_tiny_base(cfg):
         t = cfg["local_trainer"]
-        if cfg["backend"] == "local":
-            training = (f"trained on CPU, {t['steps']} RL steps of {t['prompts_per_step']} x "
+        if cfg["backend"] in ("local", "trl"):
+            by = " by TRL" if cfg["backend"] == "trl" else ""
+            training = (f"trained{by} on CPU, {t['steps']} RL steps of {t['prompts_per_step']} x "
                         f"{t['rollouts_per_prompt']} rollouts")
         else:
             batch = cfg["verl"]["batch_presets"].get(cfg["verl"]["batch_preset"])

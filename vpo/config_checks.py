@@ -119,7 +119,7 @@ def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
 
     if "max_at_k" not in cfg["methods"]:
         return []
-    if cfg["backend"] == "local":
+    if cfg["backend"] != "verl":
         groups = {"local_trainer.rollouts_per_prompt": cfg["local_trainer"]["rollouts_per_prompt"]}
     else:
         batch, presets = cfg["verl"]["batch_preset"], cfg["verl"]["batch_presets"]

@@ -2,7 +2,7 @@
 
 The backend comes from `<out>/train.json` (written last by `vpo train`):
 
-- local: the trainer already saved a Hugging Face model in `checkpoints/final/`; it is copied;
+- local and trl: the trainer already saved a Hugging Face model in `checkpoints/final/`; it is copied;
 - verl: veRL's own model merger (`python -m verl.model_merger merge --backend fsdp`) gathers the
   sharded FSDP state of the latest `checkpoints/global_step_N/actor` into one bf16 model, with the
   config and tokenizer veRL saved next to the shards (`actor/huggingface/`).
@@ -41,8 +41,8 @@ def read_backend(run_dir: Path) -> str:
         backend = json.loads(marker.read_text())["backend"]
     except (json.JSONDecodeError, KeyError) as err:
         raise MergeError(f"{marker} is not a train.json with a 'backend' key: {err}") from err
-    if backend not in ("local", "verl"):
-        raise MergeError(f"{marker}: backend {backend!r} is neither 'local' nor 'verl'")
+    if backend not in ("local", "trl", "verl"):
+        raise MergeError(f"{marker}: backend {backend!r} is not 'local', 'trl' or 'verl'")
     return backend
 
 
@@ -93,7 +93,7 @@ def merge_run(run_dir, out=None) -> Path:
     run_dir = Path(run_dir)
     target = Path(out) if out else run_dir / "model"
     target.parent.mkdir(parents=True, exist_ok=True)
-    if read_backend(run_dir) == "local":
+    if read_backend(run_dir) in ("local", "trl"):
         return copy_local(run_dir / "checkpoints" / "final", target)
     return merge_fsdp(latest_actor_dir(run_dir / "checkpoints"), target)
 

@@ -1,7 +1,8 @@
-"""`vpo train`: train one (task, method, seed) cell with the local CPU trainer or with veRL.
+"""`vpo train`: train one (task, method, seed) cell with the local CPU trainer, with TRL or with veRL.
 
-Both backends leave the same run directory (docs/architecture.md); `train.json` is written last, so
-its presence means the cell finished. The local backend resumes from `checkpoints/step_<N>`.
+Every backend leaves the same run directory (docs/architecture.md); `train.json` is written last, so
+its presence means the cell finished. The local backend resumes from `checkpoints/step_<N>`, TRL
+from `checkpoints/checkpoint-<N>`, veRL from its own checkpoints.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=("local", "verl"), default=None,
-                        help="local (in-process CPU trainer) or verl (GPU); default: the config's `backend`")
+    parser.add_argument("--backend", choices=("local", "trl", "verl"), default=None,
+                        help="local (in-process CPU trainer), trl (TRL's GRPOTrainer, vpo/trl_ext) or verl (GPU); "
+                             "default: the config's `backend`")
     parser.add_argument("--task", required=True, help="task name, e.g. maze")
     parser.add_argument("--method", required=True, help="method name, e.g. vpo (see vpo.methods)")
     parser.add_argument("--seed", type=int, required=True, help="training seed")
@@ -65,9 +67,9 @@ def check_inputs(args, backend: str) -> None:
         raise SystemExit(f"error: {args.data}/train.parquet not found; "
                          f"{rebuild_hint(Path(args.data) / 'train.parquet').replace('rebuild it', 'build it')} "
                          f"(or `vpo preprocess --task {args.task} --out {args.data}` with your own data settings)")
-    if backend == "local":
+    if backend in ("local", "trl"):
         if not args.base_model:
-            raise SystemExit("error: --backend local needs --base-model (build it with `vpo base-model`)")
+            raise SystemExit(f"error: --backend {backend} needs --base-model (build it with `vpo base-model`)")
         if not (Path(args.base_model) / "config.json").is_file():
             raise SystemExit(f"error: {args.base_model} is not a model directory; run `vpo base-model --task "
                              f"{args.task} --data {args.data} --out {args.base_model}` first")
@@ -101,6 +103,9 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     from vpo.settings import LocalTrainerSettings
     from vpo.local.trainer import RunSpec, train_local
 
+    if backend == "trl":
+        from vpo.trl_ext.run import train_trl as train_local  # the same RunSpec, the same return value
+
     t0 = time.time()
     settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
     digest = cell_digest(cfg, args.task, args.method)
@@ -110,7 +115,7 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
         m=answers_per_rollout(cfg, args.task, args.method), preset=cfg["preset"], config_hash=digest, wandb=cfg.get("wandb"),
     )
     result = train_local(spec)
-    path = write_train_json(args.out, cfg, backend="local", task=args.task, method=args.method, seed=args.seed,
+    path = write_train_json(args.out, cfg, backend=backend, task=args.task, method=args.method, seed=args.seed,
                             steps=result["steps"], started=t0, resumed_from_step=result["resumed_from_step"],
                             train_loop_s=result["wall_time_s"], base_model=str(args.base_model),
                             settings=settings.to_dict())

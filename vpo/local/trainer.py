@@ -71,6 +71,19 @@ def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
             for row, text in zip(rows, texts)]
 
 
+def check_base_model(spec: RunSpec, method, m: int) -> None:
+    """Raise ValueError unless `spec.base_model` was warm-started on the prompt form (and m) of `method`."""
+    base = Path(spec.base_model)
+    built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
+    if built.get("mode", method.prompt) != method.prompt:
+        raise ValueError(f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
+                         f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
+                         f"(vpo base-model --mode {method.prompt})")
+    if method.prompt == "multi" and built.get("m", m) != m:
+        raise ValueError(f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
+                         f"build its base with `vpo base-model --mode multi --m {m}`")
+
+
 @dataclass
 class Learner:
     """What one RL step reads and updates: the models, the optimizer, the prompts and the estimator."""
@@ -163,14 +176,7 @@ def train_local(spec: RunSpec) -> dict:
         torch.set_num_threads(cfg.threads)
 
     base = Path(spec.base_model)
-    built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
-    if built.get("mode", method.prompt) != method.prompt:
-        raise ValueError(f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
-                         f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
-                         f"(vpo base-model --mode {method.prompt})")
-    if method.prompt == "multi" and built.get("m", m) != m:
-        raise ValueError(f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
-                         f"build its base with `vpo base-model --mode multi --m {m}`")
+    check_base_model(spec, method, m)
     rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
                         alpha=spec.method_settings.get("alpha"))
     policy, tokenizer = load_pretrained(spec.base_model)

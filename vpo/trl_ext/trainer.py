@@ -25,6 +25,7 @@ The update that matches veRL's (the local trainer and veRL 0.9.1's `ppo_loss`), 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -109,6 +110,7 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         self.method_settings = dict(method_settings or {})
         self.estimator_rng = np.random.default_rng([estimator_seed, 1])  # the local trainer's stream
         self.matrix_reward = MatrixReward(scorer)
+        self.last_batch: dict = {}  # the last generation batch's results, advantages and diagnostics
         super().__init__(model, reward_funcs=[self.matrix_reward], args=args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
@@ -118,9 +120,11 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         from vpo.metrics import group_pool_diversity
         from vpo.rollouts import as_matrix
 
+        started = time.time()
         output = super()._generate_and_score_completions(inputs)
         results = gather_object(self.matrix_reward.results)  # the whole generation batch, in TRL's order
         lengths = self.accelerator.gather(output["completion_mask"].sum(1)).cpu().numpy()
+        ended = (output["completion_ids"] == self.processing_class.eos_token_id).any(1)  # not cut by the limit
         mode = "train" if self.model.training else "eval"
         n = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = np.arange(len(results)) // n  # TRL's sampler repeats each prompt n times in a row
@@ -134,7 +138,12 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         for key, value in diagnostics.items():
             if np.isscalar(value):
                 self._metrics[mode][key].append(float(value))
-        self._metrics[mode]["pool_diversity"].append(group_pool_diversity(subs, group_ids))
+        diversity = group_pool_diversity(subs, group_ids)
+        self._metrics[mode]["pool_diversity"].append(diversity)
+        # what vpo.trl_ext.run records of the batch in metrics.jsonl
+        self.last_batch = {"results": results, "advantages": advantages, "diagnostics": diagnostics,
+                           "pool_diversity": diversity, "lengths": lengths, "seconds": time.time() - started,
+                           "ended": self.accelerator.gather(ended).cpu().numpy()}
         return output
 
 

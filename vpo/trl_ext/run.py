@@ -1,0 +1,158 @@
+"""`vpo train --backend trl`: one cell through TRL's GRPOTrainer (`EstimatorGRPOTrainer`), on the
+tiny base model (a transformers Llama) and the `local_trainer` settings, leaving the run directory the
+local trainer leaves: `metrics.jsonl` (one record per RL step), `checkpoints/checkpoint-<N>` (TRL's, N
+in optimizer steps, each with the run's `record.json` and the estimator's generator, written last),
+`checkpoints/final` (the model in Hugging Face layout, what `vpo merge` copies).
+
+A checkpoint is resumed only when its `record.json` matches this run (config, method, seed, m, base
+model, data); a checkpoint without one (a kill while TRL was writing it) is skipped. metrics.jsonl keeps
+the local trainer's keys, read from TRL's log where TRL computes them: `pg_loss` is TRL's `loss` less
+kl_coef x `kl` (plus entropy_coef x `entropy`), `clipfrac` TRL's `clip_ratio/region_mean`, both the mean
+of the step's optimizer steps; `generation_s` is TRL's generate-and-score call (generation, scoring,
+old and reference log-probabilities); TRL logs no `ppo_kl`, so the record has none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("vpo.trl_ext.run")
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+RECORD = "record.json"  # the run's provenance, written into a TRL checkpoint once it is complete
+ESTIMATOR_STATE = "estimator_rng.json"  # the estimator's numpy generator at the checkpoint
+
+
+def resumable(root: Path, record: dict) -> Path | None:
+    """The newest complete checkpoint of this run under `root`, or None (other runs' checkpoints are moved aside)."""
+    from vpo.atomic import set_aside
+
+    found = sorted((int(m.group(1)), p) for p in root.glob("checkpoint-*") if (m := CHECKPOINT_DIR.match(p.name)))
+    for _, path in reversed(found):
+        try:
+            stored = json.loads((path / RECORD).read_text())
+        except (OSError, ValueError):
+            log.warning("%s has no %s (cut off while saved); trying the one before", path, RECORD)
+            continue
+        if stored == record:
+            return path
+        log.warning("starting from step 0: %s was made by other settings, data, base model or method; "
+                    "old checkpoints moved to %s", path.name, set_aside(root))
+        return None
+    return None
+
+
+def step_record(batch: dict, logs: list[dict], *, step: int, objectives, settings) -> dict:
+    """The metrics.jsonl record of RL step `step`: the generation batch's (from EstimatorGRPOTrainer's
+    `last_batch`) and the mean of its optimizer steps' TRL logs."""
+    results, ended = batch["results"], batch["ended"]
+    scores = np.array([float(r["score"]) for r in results])
+
+    def mean_of(key):
+        return float(np.mean([row[key] for row in logs if key in row]))
+
+    kl, entropy = mean_of("kl") if settings.kl_coef else 0.0, mean_of("entropy")
+    return {
+        "step": step,
+        "score_mean": float(scores.mean()),
+        "score_max": float(scores.max()),
+        **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in objectives},
+        "acc": float(np.mean([r["acc"] for r in results])),
+        "pool_diversity": batch["pool_diversity"],
+        "advantage/max": float(np.max(batch["advantages"])),
+        "advantage/min": float(np.min(batch["advantages"])),
+        "advantage/zero_frac": float(np.mean(np.abs(batch["advantages"]) < 1e-12)),
+        **{key: float(value) for key, value in batch["diagnostics"].items() if np.isscalar(value)},
+        "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
+        "response_length_mean": float(np.mean(batch["lengths"])),
+        "truncated_share": float(np.mean(~ended)),
+        "pg_loss": mean_of("loss") - settings.kl_coef * kl + settings.entropy_coef * entropy,
+        "kl": kl,
+        "entropy": entropy,
+        "clipfrac": mean_of("clip_ratio/region_mean"),
+        "grad_norm": mean_of("grad_norm"),
+        "generation_s": round(batch["seconds"], 4),
+    }
+
+
+def train_trl(spec) -> dict:
+    """Run (or resume) one cell (`vpo.local.trainer.RunSpec`) with TRL; returns what `train_local` returns."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from vpo.config import file_digest
+    from vpo.local import checkpoint as ckpt
+    from vpo.local.model import save_pretrained_atomic
+    from vpo.local.trainer import check_base_model
+    from vpo.methods import get_method
+    from vpo.progress import Progress
+    from vpo.task import resolve
+    from vpo.trl_ext.trainer import EstimatorGRPOTrainer, grpo_arguments, task_dataset
+
+    cfg, method = spec.settings, get_method(spec.method)
+    m = spec.m if method.multi_answer else 1
+    out, base = Path(spec.out_dir), Path(spec.base_model)
+    root, metrics_path = out / "checkpoints", out / "metrics.jsonl"
+    check_base_model(spec, method, m)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    record = {"config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
+              "backend": "trl", "base_model": file_digest(base / "model.safetensors"),
+              "data": file_digest(Path(spec.data_dir) / "train.parquet")}
+    latest = resumable(root, record) if root.is_dir() else None
+    per_step = cfg.ppo_mini_batches  # optimizer steps per RL step
+    start_step = 0 if latest is None else int(CHECKPOINT_DIR.match(latest.name).group(1)) // per_step
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt.truncate_metrics(metrics_path, start_step)
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.padding_side = "left"
+    args = grpo_arguments(cfg, max_new_tokens=cfg.max_new_tokens_for(method.prompt), output_dir=str(root),
+                          seed=spec.seed, save_strategy="steps", save_steps=cfg.checkpoint_every * per_step,
+                          save_total_limit=cfg.keep_checkpoints, disable_tqdm=True, dataloader_pin_memory=False)
+    trainer = EstimatorGRPOTrainer(
+        AutoModelForCausalLM.from_pretrained(base), method=spec.method, args=args, processing_class=tokenizer,
+        train_dataset=task_dataset(spec.data_dir, spec.method, m=m, seed=spec.seed,
+                                   alpha=spec.method_settings.get("alpha")),
+        method_settings=spec.method_settings, estimator_seed=spec.seed)
+    if latest is not None:
+        trainer.estimator_rng.bit_generator.state = json.loads((latest / ESTIMATOR_STATE).read_text())
+        log.warning("resuming %s from %s (step %d)", out, latest.name, start_step)
+    objectives = resolve(spec.task).objective_names
+    progress = Progress(cfg.steps, "step", start_done=start_step)
+    t_run = time.time()
+
+    class Recorder(TrainerCallback):
+        """One metrics.jsonl line per RL step; a checkpoint's run record and generator, written last."""
+
+        def __init__(self):
+            self.logs, self.t_step = [], time.time()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if "loss" not in (logs or {}):  # the end-of-training summary
+                return
+            self.logs.append(logs)
+            if state.global_step % per_step:
+                return
+            step = state.global_step // per_step
+            row = step_record(trainer.last_batch, self.logs, step=step, objectives=objectives, settings=cfg)
+            row.update(step_s=round(time.time() - self.t_step, 4), wall_time_s=round(time.time() - t_run, 4))
+            with open(metrics_path, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            progress.update(step, f"score {row['score_mean']:.3f} diversity {row['pool_diversity']:.3f}")
+            self.logs, self.t_step = [], time.time()
+
+        def on_save(self, args, state, control, **kwargs):
+            saved = root / f"checkpoint-{state.global_step}"
+            (saved / ESTIMATOR_STATE).write_text(json.dumps(trainer.estimator_rng.bit_generator.state))
+            (saved / RECORD).write_text(json.dumps(record))
+
+    trainer.add_callback(Recorder())
+    trainer.train(resume_from_checkpoint=str(latest) if latest is not None else None)
+    save_pretrained_atomic(trainer.model, tokenizer, root / "final")
+    return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
