@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Workflow checks for CI (run as root on Debian 12): lint, the plan of every profile, the ci preset
 # through a real single-node Slurm (checking that every job ran as a Slurm job), then the verl_cpu
-# preset (veRL's own trainer on CPU).
+# preset (veRL's own trainer on CPU) and the trl_cpu preset (TRL's GRPOTrainer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -65,8 +65,17 @@ start=$(date +%s)
 timeout -k 30 1800 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$vwork" \
   --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" --cores all --config preset=verl_cpu
 echo "verl_cpu preset: $(( $(date +%s) - start )) s"
-"$REPO/.venv/bin/python" .ci/check_verl_cpu.py "$vwork"
+"$REPO/.venv/bin/python" .ci/check_trainer_preset.py "$vwork" verl_cpu
 rm -rf "$vwork"
+
+echo "== the trl_cpu preset: TRL's GRPOTrainer with the project's estimators (vpo/trl_ext), preprocess to figures"
+twork=$(mktemp -d)
+start=$(date +%s)
+timeout -k 30 1200 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$twork" \
+  --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" --cores all --config preset=trl_cpu
+echo "trl_cpu preset: $(( $(date +%s) - start )) s"
+"$REPO/.venv/bin/python" .ci/check_trainer_preset.py "$twork" trl_cpu
+rm -rf "$twork"
 
 echo "== snakemake --report, looked at in headless Chromium"
 "$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --report "$work/report.html"
