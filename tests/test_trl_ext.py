@@ -16,11 +16,11 @@ pytest.importorskip("trl")
 N = 3  # completions per prompt (the tiny settings' rollouts_per_prompt)
 
 
-def synthetic_scorer(completion: str, *, reward_model: dict, **_) -> dict:
-    """A scorer of your own: 1 to 3 answers of 4 objectives, read from a hash of the text, so that an
-    untrained model's completions still get rewards that differ."""
+def synthetic_scorer(completion: str, *, extra_info: dict, **_) -> dict:
+    """A scorer of your own: 1 to num_solutions answers (one for single-answer rows) of 4 objectives,
+    read from a hash of the text, so that an untrained model's completions still get rewards that differ."""
     digest = hashlib.sha256(completion.encode()).digest()
-    m = 1 + digest[0] % 3
+    m = 1 + digest[0] % extra_info["num_solutions"]
     matrix = [[digest[1 + 4 * i + j] / 255.0 for j in range(4)] for i in range(m)]
     return {"score": float(max(sum(row) for row in matrix)), "sub_scores": json.dumps(matrix)}
 
@@ -33,15 +33,15 @@ def texts_of(trainer, output) -> list[str]:
 
 @pytest.fixture(scope="module")
 def one_batch(tiny_maze_data, tiny_multi_base_model, tiny_local_settings, tmp_path_factory):
-    """(make_trainer(method, **kwargs), the 2 prompts x N rows TRL's sampler hands the trainer)."""
+    """(make_trainer(method, **kwargs), the 2 prompts x N rows of `method` TRL's sampler hands the trainer)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from vpo.trl_ext.trainer import EstimatorGRPOTrainer, grpo_arguments, task_dataset
 
-    dataset = task_dataset(str(tiny_maze_data), "vpo")
     out = tmp_path_factory.mktemp("trl")
 
     def make(method, trainer_class=EstimatorGRPOTrainer, **kwargs):
+        dataset = task_dataset(str(tiny_maze_data), method or "vpo")
         args = grpo_arguments(tiny_local_settings, max_new_tokens=24, output_dir=str(out), seed=0,
                               **kwargs.pop("changes", {}))
         model = AutoModelForCausalLM.from_pretrained(tiny_multi_base_model)
@@ -50,7 +50,12 @@ def one_batch(tiny_maze_data, tiny_multi_base_model, tiny_local_settings, tmp_pa
             kwargs["method"] = method
         return trainer_class(model, args=args, train_dataset=dataset, processing_class=tokenizer, **kwargs)
 
-    return make, [dataset[i] for i in range(2) for _ in range(N)]
+    return make
+
+
+def rows_of(trainer) -> list[dict]:
+    """The first 2 prompts' rows, each N times in a row, as TRL's sampler hands them to the trainer."""
+    return [trainer.train_dataset[i] for i in range(2) for _ in range(N)]
 
 
 def test_an_unsupported_trl_release_stops_with_one_line(monkeypatch):
@@ -65,20 +70,24 @@ def test_an_unsupported_trl_release_stops_with_one_line(monkeypatch):
 
 
 def test_trls_own_scaling_and_reward_functions_are_refused(one_batch):
-    make, _ = one_batch
+    make = one_batch
     with pytest.raises(ValueError, match="scale_rewards='none'"):
         make("vpo", changes={"scale_rewards": "group"})
     with pytest.raises(TypeError, match="reward_funcs"):
         make("vpo", reward_funcs=[lambda **_: [0.0]])
 
 
-@pytest.mark.parametrize("method", ["vpo", "grpo", "max_at_k"])
+EVERY_METHOD = ["vpo", "grpo", "max_at_k", "vpo_single", "maxrl", "multi_rlvr", "gdpo", "goal_cond", "random_weight"]
+
+
+@pytest.mark.parametrize("method", EVERY_METHOD)
 def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_groups(one_batch, method):
+    """VPO, GRPO and Max@k as the issue asks, and every other method of the table (the same call, its own input)."""
     from vpo.advantage import advantage_for_method
     from vpo.rollouts import as_matrix
 
-    make, batch = one_batch
-    trainer = make(method, scorer=synthetic_scorer, estimator_seed=7)
+    trainer = one_batch(method, scorer=synthetic_scorer, estimator_seed=7)
+    batch = rows_of(trainer)
     output = trainer._generate_and_score_completions(batch)
     results = [synthetic_scorer(text, **row) for text, row in zip(texts_of(trainer, output), batch)]
     scores = np.array([r["score"] for r in results])
@@ -89,7 +98,8 @@ def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_g
         expected = ((by_group - by_group.mean(1, keepdims=True)) / (by_group.std(1, ddof=1, keepdims=True) + 1e-6)).ravel()
     else:  # the same estimator with the same seeded generator: the same Dirichlet weights
         expected, _ = advantage_for_method(method, scores=scores, sub_scores=[as_matrix(r["sub_scores"]) for r in results],
-                                           group_ids=groups, rng=np.random.default_rng([7, 1]))
+                                           group_ids=groups, rng=np.random.default_rng([7, 1]),
+                                           response_lengths=output["completion_mask"].sum(1).numpy())  # gdpo's
     np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
     logged = trainer._metrics["eval"]  # outside train() the model is in eval mode
     assert logged["advantage/std"] and logged["pool_diversity"]
@@ -103,13 +113,12 @@ def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
 
     from vpo.advantage import grpo_advantage
 
-    make, batch = one_batch
-
     def scalar(completions, **columns):
-        return [synthetic_scorer(c[-1]["content"], reward_model=rm)["score"]
-                for c, rm in zip(completions, columns["reward_model"])]
+        return [synthetic_scorer(c[-1]["content"], extra_info=info)["score"]
+                for c, info in zip(completions, columns["extra_info"])]
 
-    trainer = make(None, trainer_class=GRPOTrainer, reward_funcs=[scalar], changes={"scale_rewards": "group"})
+    trainer = one_batch(None, trainer_class=GRPOTrainer, reward_funcs=[scalar], changes={"scale_rewards": "group"})
+    batch = rows_of(trainer)
     output = trainer._generate_and_score_completions(batch)
     scores = np.array([synthetic_scorer(text, **row)["score"] for text, row in zip(texts_of(trainer, output), batch)])
     std = np.repeat(scores.reshape(-1, N).std(1, ddof=1), N)
@@ -118,8 +127,7 @@ def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
 
 
 def test_two_rl_steps_train_and_log_the_estimators_diagnostics(one_batch):
-    make, _ = one_batch
-    trainer = make("vpo", scorer=synthetic_scorer, changes={"max_steps": 4})  # 2 RL steps x 2 mini-batches
+    trainer = one_batch("vpo", scorer=synthetic_scorer, changes={"max_steps": 4})  # 2 RL steps x 2 mini-batches
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.state.global_step == 4
