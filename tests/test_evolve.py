@@ -112,10 +112,22 @@ def test_a_program_scores_its_best_answer_and_bad_text_scores_zero(tiny_maze_dat
     assert expected > 0
     text = f"<route_1>UP UP</route_1>\n<route_2>{route}</route_2>\n<route_3>LEFT</route_3>"
     scored = score_program("maze", text, gt, 3)
-    assert scored == {"combined_score": pytest.approx(expected), "solved": 1.0, "answers": 3.0}
+    assert scored == {"combined_score": pytest.approx(expected), "solved": 1.0, "answers": 3.0, "scorer_errors": 0.0}
     assert score_program("maze", route, gt, 3)["combined_score"] == pytest.approx(expected)  # no tags: one answer
     assert score_program("maze", "\x00 ``` }{", gt, 3)["combined_score"] == 0.0
-    assert score_program("maze", "", gt, 1) == {"combined_score": 0.0, "solved": 0.0, "answers": 1.0}
+    assert score_program("maze", "", gt, 1) == {"combined_score": 0.0, "solved": 0.0, "answers": 1.0,
+                                                 "scorer_errors": 0.0}
+
+
+def test_a_scorer_that_raises_scores_zero_and_is_counted(monkeypatch):
+    """A task whose code raises on a program scores it 0 and marks it, so the search counts it."""
+    from vpo.evolve_evaluator import score_program
+    from vpo.task import resolve
+
+    maze = resolve("maze")
+    monkeypatch.setattr(type(maze), "score_answer", lambda self, answer, gt: [1 / 0])
+    assert score_program("maze", "<route_1>UP</route_1>", {}, 3) == {
+        "combined_score": 0.0, "solved": 0.0, "answers": 0.0, "scorer_errors": 1.0}
 
 
 def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_path):
@@ -137,7 +149,8 @@ def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_
     # OpenEvolve alone keeps the first block: the wrong program
     assert score_program("lcb", parse_full_rewrite(response, "python"), truth, 3)["combined_score"] == 0.0
     kept = parse_full_rewrite(program_response("lcb", response, 3), "python")
-    assert score_program("lcb", kept, truth, 3) == {"combined_score": 1.0, "solved": 1.0, "answers": 3.0}
+    assert score_program("lcb", kept, truth, 3) == {"combined_score": 1.0, "solved": 1.0, "answers": 3.0,
+                                                    "scorer_errors": 0.0}
     partial = parse_full_rewrite(program_response("lcb", response.rsplit("---", 1)[0], 3), "python")
     assert score_program("lcb", partial, truth, 3)["combined_score"] == pytest.approx(2 / 3)
     # one answer per response, routes (not code) and garbage pass unchanged
@@ -223,6 +236,8 @@ def test_same_seed_same_search(tmp_path, tiny_base_model, tiny_maze_data):
     traces = [[json.loads(line)["child_metrics"] for line in (tmp_path / n / "problems" / "0" / "trace.jsonl")
                .read_text().splitlines()] for n in ("a", "b")]
     assert traces[0] == traces[1] and len(traces[0]) == 4  # every iteration's program, not only the best
+    assert all(t["scorer_errors"] == 0.0 for t in traces[0])
+    assert json.loads((tmp_path / "a" / "problems" / "0" / "result.json").read_text())["scorer_errors"] == 0
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 
 from vpo.prompts import prepare_row
 from vpo.reward import compute_score
-from vpo.task import TASKS, Task, register, resolve
+from vpo.task import TASKS, Task, TaskCodeError, register, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -114,8 +114,36 @@ def test_a_scorer_that_misbehaves_cannot_leak_bad_values(words_task, monkeypatch
     monkeypatch.setattr(WordsTask, "score_answer", lambda self, a, gt: [float("nan"), 7.0])
     assert json.loads(compute_score("words_source", "x", {}, {})["sub_scores"]) == [[0.0, 1.0]]
     monkeypatch.setattr(WordsTask, "score_answer", lambda self, a, gt: [1.0])
-    with pytest.raises(ValueError, match="expected k=2"):
+    with pytest.raises(TaskCodeError, match="expected k=2"):
         compute_score("words_source", "x", {}, {})
+
+
+def test_a_scorer_that_raises_reaches_the_user_as_one_line_naming_the_task(words_task, monkeypatch):
+    """The error names the task, its class and module, what it did, the exception type and the text;
+    through the command line it is one line (a plugin's preprocess raising ZeroDivisionError)."""
+    from vpo import cli
+
+    def divide(self, answer, ground_truth):
+        return [len(answer) / sum(c.isalpha() for c in answer), 0.0]
+
+    monkeypatch.setattr(WordsTask, "score_answer", divide)
+    with pytest.raises(TaskCodeError) as err:
+        compute_score("words_source", "1234 5678 " * 20, {}, {})
+    message = str(err.value)
+    assert message.startswith("task 'words_test' (test_task_registry.WordsTask) raised ZeroDivisionError "
+                              "while scoring a response on the text '1234 5678 1234")
+    assert "division by zero" in message and "\n" not in message and len(message) < 500
+    assert isinstance(err.value.__cause__, ZeroDivisionError)  # VPO_DEBUG=1 shows the original traceback
+
+    monkeypatch.setattr(WordsTask, "preprocess", lambda self, out, settings=None: 1 / 0, raising=False)
+    monkeypatch.delenv("VPO_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["vpo", "preprocess", "--task", "words_test", "--out", "/tmp/unused"])
+    with pytest.raises(SystemExit) as stop:  # `vpo preprocess` ends with its one-line message
+        cli.entry()
+    lines = str(stop.value).splitlines()
+    assert len(lines) == 1 and lines[0] == ("vpo preprocess --task words_test: task 'words_test' "
+                                            "(test_task_registry.WordsTask) raised ZeroDivisionError while "
+                                            "preprocessing: division by zero"), lines
 
 
 def test_importing_the_api_imports_no_task():

@@ -11,9 +11,9 @@ score found by iteration t. Two subcommands:
 - `vpo evolve search`: one cell's search on those problems. Per problem, OpenEvolve (full rewrites,
   islands, MAP-Elites database, checkpoints every `checkpoint_interval` iterations) asks the cell's
   model, served on 127.0.0.1 (`vpo.llm_server`), for a better program, shown the parent program and
-  its fitness (`parent_in_prompt`) followed by the problem's prompt in the method's own form; programs are scored by
-  `vpo.evolve_evaluator`. Every search starts from an empty program (score 0): the hardest problems
-  are unsolved by construction, and every method starts from the same place.
+  its fitness (`parent_in_prompt`) followed by the problem's prompt in the method's own form; programs
+  are scored by `vpo.evolve_evaluator` (a scorer's exceptions counted as `scorer_errors`). Every search
+  starts from an empty program (score 0): the hardest problems are unsolved, and all start alike.
 
 A killed search resumes from OpenEvolve's last checkpoint of the problem it was on (finished problems
 are kept); state from another model or other settings is removed first, so a rerun reruns.
@@ -245,7 +245,10 @@ def search_problem(problem_dir: Path, *, row: dict, settings: EvolveSettings, ur
     curve = best_so_far(start_score, {t: r.get("child_metrics") or {} for t, r in programs.items()},
                         settings.iterations)
     solved_at = next((r["iteration"] for r in curve if r["solved"]), None)
-    result = {"problem": int(row["extra_info"].get("index", 0)),
+    scorer_errors = int(sum((r.get("child_metrics") or {}).get("scorer_errors", 0.0) for r in programs.values()))
+    if scorer_errors:  # scored 0 by vpo.evolve_evaluator.score_program, which shows the error on the text
+        log.warning("problem %s: the %s scorer raised on %d of %d programs", problem_dir.name, task.name, scorer_errors, len(programs))
+    result = {"problem": int(row["extra_info"].get("index", 0)), "scorer_errors": scorer_errors,
               "iterations": max([checkpointed, *programs, *failed]), "no_program_iterations": len(failed),
               "seed": seed, "start_score": start_score["combined_score"], "best_score": curve[-1]["best_score"],
               "solved": curve[-1]["solved"], "solved_at": solved_at, "curve": curve}

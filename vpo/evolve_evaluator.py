@@ -19,19 +19,21 @@ from typing import Any
 
 
 def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: int) -> dict[str, float]:
-    """{combined_score, solved (0/1), answers} of one program text; bad text scores 0, never raises."""
+    """{combined_score, solved (0/1), answers, scorer_errors (0/1)} of one program text; never raises.
+    A task whose code raises on the text scores it 0 with scorer_errors 1, which the search counts and
+    reports (`vpo.evolve.search_problem`): model output never crashes a search, and a scorer bug shows."""
     from vpo.task import resolve
 
     task = resolve(task_name)
     try:
         answers = task.split_answers(text, m) or [text]
         vectors = [task.score_answer(answer, ground_truth) for answer in answers]
-    except Exception:  # model output never crashes a search; it scores nothing
-        return {"combined_score": 0.0, "solved": 0.0, "answers": 0.0}
+    except Exception:
+        return {"combined_score": 0.0, "solved": 0.0, "answers": 0.0, "scorer_errors": 1.0}
     scalars = [float(task.scalar(v)) for v in vectors]
     best = max(range(len(scalars)), key=scalars.__getitem__)
     return {"combined_score": scalars[best], "solved": float(any(task.is_correct(v) for v in vectors)),
-            "answers": float(len(answers))}
+            "answers": float(len(answers)), "scorer_errors": 0.0}
 
 
 def program_response(task_name: str, text: str, m: int) -> str:

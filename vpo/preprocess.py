@@ -89,7 +89,7 @@ def settings_from_args(args: argparse.Namespace, block: dict[str, Any]) -> dict[
 def run(args: argparse.Namespace) -> int:
     from vpo.atomic import write_parquet_atomic
     from vpo.data import read_rows
-    from vpo.task import resolve
+    from vpo.task import resolve, task_code
     from vpo.templates import apply_templates, read_templates
 
     try:
@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args, block)
         # a relative template path names a file of the project, the directory config.yaml is in
         templates = read_templates(task, block.get("prompts"), Path(args.config).parent if args.config else None)
-        train_path, test_path = task.preprocess(args.out, settings)
+        # ValueError and OSError: the task's own messages about its settings and data files
+        with task_code(task, "preprocessing", passes=(ValueError, OSError)):
+            train_path, test_path = task.preprocess(args.out, settings)
         if templates:
             for split, path in (("train", train_path), ("test", test_path)):
                 write_parquet_atomic(apply_templates(task, read_rows(args.out, split), templates), path)

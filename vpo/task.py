@@ -14,6 +14,7 @@ Only numpy is needed here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import re
@@ -135,10 +136,11 @@ class Task:
         m = 1: the single-answer parse of the whole text (one row; the count is `parses`); m > 1:
         the answers of `split_answers` in order, zero rows padding up to m.
         """
-        if m == 1:
-            return [self._clean(self.score_answer(text, ground_truth))], int(self.parses(text))
-        answers = self.split_answers(text, m)[:m]
-        rows = [self._clean(self.score_answer(a, ground_truth)) for a in answers]
+        with task_code(self, "scoring a response", text):
+            if m == 1:
+                return [self._clean(self.score_answer(text, ground_truth))], int(self.parses(text))
+            answers = self.split_answers(text, m)[:m]
+            rows = [self._clean(self.score_answer(a, ground_truth)) for a in answers]
         return rows + [[0.0] * self.k for _ in range(m - len(rows))], len(answers)
 
     # ---- evaluation candidates (docs/evaluation.md: the authors' `evaluate`, not the reward) ----
@@ -165,7 +167,8 @@ class Task:
         """The k-vector of one evaluation candidate; an empty one scores as the empty answer (zeros)."""
         if not str(candidate).strip():
             return [0.0] * self.k
-        return self._clean(self.score_answer(str(candidate), ground_truth))
+        with task_code(self, "scoring an evaluation candidate", candidate):
+            return self._clean(self.score_answer(str(candidate), ground_truth))
 
     def score_candidates(self, candidates: Sequence[str], ground_truth: dict[str, Any]) -> list[list[float]]:
         """`score_candidate` of each candidate of one problem (a task that runs programs batches them)."""
@@ -177,6 +180,28 @@ class Task:
         if len(values) != self.k and not (self.variable_k and 0 < len(values) <= self.k):
             raise ValueError(f"task {self.name!r}: scorer returned {len(values)} values, expected k={self.k}")
         return [min(1.0, max(0.0, v)) if np.isfinite(v) else 0.0 for v in values]
+
+
+class TaskCodeError(ValueError):
+    """A task's own code raised; the message names the task, its class and module, what it was
+    doing, the exception and an excerpt of the text it was given (one line, for `vpo`'s error output).
+    A ValueError, as the tasks' own errors about bad data are."""
+
+
+@contextlib.contextmanager
+def task_code(task: "Task", doing: str, text: Any = None, excerpt: int = 80, passes: tuple = ()):
+    """Run a task's own code (a plugin's parse, score, preprocess or demonstration): an exception it
+    raises becomes a TaskCodeError naming the task (chained, so VPO_DEBUG=1 shows the original);
+    exceptions of the types in `passes` are the task's deliberate errors and pass unchanged."""
+    try:
+        yield
+    except (TaskCodeError, *passes):
+        raise
+    except Exception as err:
+        cls = type(task)
+        shown = "" if text is None else f" on the text {' '.join(str(text).split())[:excerpt]!r}"
+        raise TaskCodeError(f"task {task.name!r} ({cls.__module__}.{cls.__qualname__}) raised "
+                            f"{type(err).__name__} while {doing}{shown}: {' '.join(str(err).split())[:200]}") from err
 
 
 def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:

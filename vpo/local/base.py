@@ -56,7 +56,10 @@ def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
 def demo_example(task, row: dict, rng: np.random.Generator, mode: str, m: int, seed: int):
     """One (prompt messages, response text) pair in the given prompt form."""
     n_answers = m if mode == "multi" else 1
-    return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers)
+    from vpo.task import task_code
+
+    with task_code(task, "writing a warm-start demonstration"):
+        return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers)
 
 
 def encode_example(tokenizer, messages, response: str) -> tuple[list[int], list[int]]:
@@ -103,7 +106,7 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
     from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases,
                                  save_pretrained_atomic)
     from vpo.local.group_forward import StepBatch
-    from vpo.task import resolve
+    from vpo.task import resolve, task_code
 
     if mode not in PROMPT_MODES:
         raise ValueError(f"base model: prompt form {mode!r} is not one of {PROMPT_MODES}")
@@ -117,7 +120,8 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
     # Vocabulary: every prompt form of every row, plus a sample of demonstrations.
     prompts = [msg["content"] for row in train_rows + test_rows for mode in PROMPT_MODES
                for msg in prompt_variant(task, row, mode, m, seed)]
-    demos = [task.demonstration(row, rng, n) for row in train_rows[:200] for n in (1, m)]
+    with task_code(task, "writing a warm-start demonstration"):
+        demos = [task.demonstration(row, rng, n) for row in train_rows[:200] for n in (1, m)]
     response_words = {w for d in demos for w in TAG_PATTERN.sub(" ", d).split()}
     tokenizer = build_tokenizer(prompts + demos, phrases=frequent_phrases(prompts, response_words))
     model = build_model(len(tokenizer), cfg.model_settings(), pad_token_id=tokenizer.pad_token_id,
