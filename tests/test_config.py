@@ -239,3 +239,29 @@ def test_the_verl_block_and_its_typed_settings_name_the_same_keys(raw):
     assert settings.device == "cpu" and settings.batch_presets["cpu_tiny"].rollout_n == 8 and settings.gpus is None
     with pytest.raises(ValueError, match=r"verl: unknown key\(s\) \['gpu'\]"):
         VerlSettings.from_dict({**raw["verl"], "gpu": 2})
+
+
+def test_a_grid_of_other_tasks_keeps_the_presets_ablations_on_its_own_tasks(raw, capsys):
+    """`--config tasks=[musique]` under the ci preset (ablations on maze): the ablations skip maze with
+    a note instead of stopping the plan; a user's own ablations.tasks outside the grid still stops it."""
+    cfg = resolve_config(raw, "ci", {"tasks": ["musique"]})
+    assert cfg["tasks"] == ["musique"] and cfg["ablations"]["tasks"] == []
+    assert "the ablations skip ['maze'], not in tasks ['musique']" in capsys.readouterr().err
+    assert resolve_config(cfg) == cfg  # a job reading the snapshot resolves the same config
+    kept = resolve_config(raw, "ci", {"tasks": ["maze", "musique"]})
+    assert kept["ablations"]["tasks"] == ["maze"] and capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match="ablations.tasks: 'maze' is not in tasks"):
+        resolve_config(raw, "ci", {"tasks": ["musique"], "ablations": {"tasks": ["maze"]}})
+
+
+def test_the_cpu_backends_do_not_need_the_settings_only_verl_reads(raw):
+    """A task's model, lengths, epochs and GPUs: required by backend verl, not by local or trl."""
+    for key in ("model", "max_prompt_length", "max_response_length", "epochs", "gpus"):
+        del raw["task_settings"]["maze"][key]
+        for preset in ("cpu", "trl_cpu"):
+            raw["presets"][preset]["task_settings"]["maze"].pop(key, None)
+    assert resolve_config(raw, "cpu")["tasks"] == ["maze"]
+    assert resolve_config(raw, "trl_cpu")["backend"] == "trl"
+    with pytest.raises(ConfigError, match=r"task_settings.maze: backend verl needs \['model', 'max_prompt_length', "
+                                          r"'max_response_length', 'epochs', 'gpus'\]"):
+        resolve_config(raw, "paper")

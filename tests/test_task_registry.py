@@ -194,6 +194,9 @@ class Colours(Task):
         words = answer.lower().split()
         return [float("red" in words), float("blue" in words)]
 
+    def multi_format(self, m):
+        return f"Answer in {m} lines."
+
 
 COLOURS = Colours()
 """
@@ -223,3 +226,39 @@ def test_a_task_from_another_installed_distribution_is_found(tmp_path):
     gone = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
                           capture_output=True, text=True, cwd=tmp_path)
     assert gone.returncode != 0 and "unknown task 'toy_colours'" in gone.stderr and "vpo.tasks" in gone.stderr
+
+
+def test_preprocess_refuses_rows_the_multi_answer_methods_cannot_use(words_task, monkeypatch, tmp_path):
+    """A plugin whose prompts lack its single_format_line (the anchor of the multi-answer rewrite), or
+    whose rows name another data_source, fails at `vpo preprocess`, naming the task and what is
+    missing, and leaves no parquet behind; rows with the anchor pass."""
+    from vpo import cli
+    from vpo.atomic import write_parquet_atomic
+
+    def writer(prompt, source="words_source"):
+        def preprocess(self, out, settings=None):
+            rows = [{"data_source": source, "prompt": [{"role": "user", "content": prompt}],
+                     "reward_model": {"style": "rule", "ground_truth": {"answer": "red"}}, "extra_info": {"index": i}}
+                    for i in range(3)]
+            return (str(write_parquet_atomic(rows, Path(out) / "train.parquet")),
+                    str(write_parquet_atomic(rows, Path(out) / "test.parquet")))
+        return preprocess
+
+    def run(out):
+        monkeypatch.setattr(sys, "argv", ["vpo", "preprocess", "--task", "words_test", "--out", str(out)])
+        return cli.entry()
+
+    monkeypatch.setattr(WordsTask, "preprocess", writer("Colours? Answer in tags."), raising=False)
+    with pytest.raises(SystemExit) as stop:
+        run(tmp_path / "no_anchor")
+    assert str(stop.value).startswith("vpo preprocess --task words_test: train.parquet row 0: task 'words_test': "
+                                      "the multi-answer rewrite did not find 'Answer\\\\ inside")
+    assert "single_format_line" in str(stop.value) and not list((tmp_path / "no_anchor").glob("*.parquet"))
+
+    monkeypatch.setattr(WordsTask, "preprocess", writer("Colours? Answer inside <response></response>.", "maze"),
+                        raising=False)
+    with pytest.raises(SystemExit, match="row 0: data_source 'maze' does not name task 'words_test'"):
+        run(tmp_path / "other_source")
+
+    monkeypatch.setattr(WordsTask, "preprocess", writer("Colours? Answer inside <response></response>."), raising=False)
+    assert run(tmp_path / "good") == 0 and len(list((tmp_path / "good").glob("*.parquet"))) == 2

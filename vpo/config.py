@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -175,7 +176,7 @@ def resolve_config(
     cfg = deep_merge(raw, raw["presets"][name])
     cfg["preset"] = name
     if overrides:
-        overrides = numbers_in_lists(dict(overrides))
+        overrides = ablations_on_the_grid(cfg, numbers_in_lists(dict(overrides)))
         cfg = deep_merge(cfg, overrides)
         cfg["preset"] = name
         # folded into the stored preset, so resolving the result again (a job reading the snapshot)
@@ -185,6 +186,20 @@ def resolve_config(
     register_variants(cfg, source)
     _check_cross_keys(cfg, source)
     return cfg
+
+
+def ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Overrides that change the grid's tasks (`--config tasks=[mytask]`) and leave `ablations.tasks`
+    alone keep the preset's ablations on the tasks of the new grid only; a note names the others."""
+    if "tasks" not in overrides or "tasks" in (overrides.get("ablations") or {}):
+        return overrides
+    planned = list((cfg.get("ablations") or {}).get("tasks") or [])
+    kept = [task for task in planned if task in overrides["tasks"]]
+    if kept == planned:
+        return overrides
+    print(f"config: the ablations skip {[t for t in planned if t not in kept]}, not in tasks {overrides['tasks']} "
+          "(set ablations.tasks to run them)", file=sys.stderr)
+    return deep_merge(overrides, {"ablations": {"tasks": kept}})
 
 
 def register_variants(cfg: Mapping[str, Any], source: str = DEFAULT_CONFIG) -> None:

@@ -13,6 +13,10 @@ from typing import Any, Mapping
 from vpo.methods import METHODS
 
 
+# the task settings only veRL reads: the CPU backends (local, trl) train the tiny model and ignore them
+VERL_TASK_KEYS = ("model", "max_prompt_length", "max_response_length", "epochs", "gpus")
+
+
 def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     """Every problem of a resolved config that spans several keys, one message each naming the key
     and the fix; `project` is the directory relative prompt-template paths are read from."""
@@ -21,8 +25,8 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
         if task not in cfg["task_settings"]:
             problems.append(
                 f"tasks: '{task}' has no settings; add task_settings.{task} "
-                "(data, m, model, max_prompt_length, max_response_length, epochs, gpus, eval) "
-                "or remove it from tasks"
+                "(data, m, eval; and for backend verl model, max_prompt_length, max_response_length, "
+                "epochs, gpus) or remove it from tasks"
             )
     variants = cfg.get("variants") or {}
     for method in cfg["methods"]:
@@ -43,7 +47,11 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
                 f"report.best_at: {cfg['report']['best_at']} exceeds task_settings.{task}.eval.budget "
                 f"({budget}); lower report.best_at or raise the budget"
             )
-        if cfg["backend"] == "verl" and settings["gpus"] < 1:
+        missing = [key for key in VERL_TASK_KEYS if key not in settings]
+        if cfg["backend"] == "verl" and missing:  # the CPU backends train the tiny model and ignore them
+            problems.append(f"task_settings.{task}: backend verl needs {missing} (the model, its prompt and "
+                            "response lengths per prompt kind, epochs and GPUs per training job)")
+        elif cfg["backend"] == "verl" and settings["gpus"] < 1:
             problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
     absent = [m for m in cfg["evolve"]["select_methods"] if m not in cfg["methods"]]
     if absent:

@@ -86,6 +86,28 @@ def settings_from_args(args: argparse.Namespace, block: dict[str, Any]) -> dict[
     return deep_merge(settings, _parse_set(args.set))
 
 
+def row_problem(task, rows: list[dict]) -> str | None:
+    """What the first row the methods cannot use lacks, or None: each row's data_source must name the
+    task (the reward routes on it), and its prompt must carry the single-answer format the task's
+    multi-answer rewrite replaces (`Task.multi_rewrites`: without it multi-answer methods fail when
+    they train)."""
+    from vpo.prompts import row_prompt
+    from vpo.task import resolve
+
+    for i, row in enumerate(rows):
+        try:
+            if resolve(str(row.get("data_source"))) is not task:
+                return f"row {i}: data_source {row.get('data_source')!r} does not name task {task.name!r}"
+            row_prompt(row, mode="multi", m=task.default_m, task=task)
+        except NotImplementedError:
+            return (f"row {i}: task {task.name!r} has no multi-answer format (`Task.multi_format`), which "
+                    "multi-answer methods need (docs/extending.md)")
+        except ValueError as err:
+            return (f"row {i}: {err}; a task's preprocess writes its `single_format_line` into every prompt, "
+                    "word for word (docs/extending.md)")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from vpo.atomic import write_parquet_atomic
     from vpo.data import read_rows
@@ -105,9 +127,16 @@ def run(args: argparse.Namespace) -> int:
         # ValueError and OSError: the task's own messages about its settings and data files
         with task_code(task, "preprocessing", passes=(ValueError, OSError)):
             train_path, test_path = task.preprocess(args.out, settings)
-        if templates:
-            for split, path in (("train", train_path), ("test", test_path)):
-                write_parquet_atomic(apply_templates(task, read_rows(args.out, split), templates), path)
+        for split, path in (("train", train_path), ("test", test_path)):
+            rows = read_rows(args.out, split)
+            if templates:
+                rows = apply_templates(task, rows, templates)
+                write_parquet_atomic(rows, path)
+            problem = row_problem(task, rows)
+            if problem:
+                for written in (train_path, test_path):
+                    Path(written).unlink(missing_ok=True)  # no file that looks complete
+                raise ValueError(f"{split}.parquet {problem}")
     except ValueError as err:
         raise SystemExit(f"vpo preprocess --task {task.name}: {err}") from None
     print(f"wrote {train_path} and {test_path} in {time.perf_counter() - start:.1f} s "
