@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Workflow checks for CI (run as root on Debian 12): lint, the plan of every profile, the ci preset
 # through a real single-node Slurm (checking that every job ran as a Slurm job), then the verl_cpu
-# preset (veRL's own trainer on CPU) and the trl_cpu preset (TRL's GRPOTrainer).
+# preset (veRL's own trainer on CPU), the trl_cpu preset (TRL's GRPOTrainer) and the example task plugin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -76,6 +76,23 @@ timeout -k 30 1200 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directo
 echo "trl_cpu preset: $(( $(date +%s) - start )) s"
 "$REPO/.venv/bin/python" .ci/check_trainer_preset.py "$twork" trl_cpu
 rm -rf "$twork"
+
+echo "== the example task plugin (examples/vpo-colours-task): its own tests, then the ci preset on it alone"
+# installed into a directory of its own, not the project's environment (the suite's registry stays the project's)
+plugin=$(mktemp -d)
+"$REPO/.venv/bin/pip" install -q --no-deps --target "$plugin/site" "$REPO/examples/vpo-colours-task"
+PYTHONPATH="$plugin/site" "$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider "$REPO/examples/vpo-colours-task/tests"
+start=$(date +%s)
+PYTHONPATH="$plugin/site" timeout -k 30 900 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$plugin/run" \
+  --configfile "$REPO/config.yaml" "$REPO/examples/vpo-colours-task/colours.yaml" \
+  --workflow-profile "$REPO/profiles/default" --cores all --config preset=ci 'tasks=["colours"]'
+echo "example plugin under the ci preset: $(( $(date +%s) - start )) s"
+for target in results/ci/tables/main_table.md figures/ci/best_at_k.pdf figures/ci/diversity_over_training.pdf \
+              figures/ci/evolve_colours.pdf; do
+  [ -s "$plugin/run/$target" ] || { echo "missing $target"; exit 1; }
+done
+grep -q "Colours best@" "$plugin/run/results/ci/tables/main_table.md" || { echo "the table does not name the plugin's task"; exit 1; }
+rm -rf "$plugin"
 
 echo "== snakemake --report, looked at in headless Chromium"
 "$SNAKEMAKE" "${run[@]}" --workflow-profile none --config preset=ci --report "$work/report.html"

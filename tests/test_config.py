@@ -265,3 +265,39 @@ def test_the_cpu_backends_do_not_need_the_settings_only_verl_reads(raw):
     with pytest.raises(ConfigError, match=r"task_settings.maze: backend verl needs \['model', 'max_prompt_length', "
                                           r"'max_response_length', 'epochs', 'gpus'\]"):
         resolve_config(raw, "paper")
+
+
+def test_a_plugin_tasks_settings_in_a_second_file_are_refined_by_that_files_presets(raw):
+    """A second --configfile with `task_settings.<plugin task>` (base values) and
+    `presets.ci.task_settings.<plugin task>` (the ci preset's sizes): the preset's win, as for
+    config.yaml's own tasks; --config still wins over both."""
+    from vpo.config import user_overrides
+    from vpo.task import TASKS, Task, register
+
+    class Words(Task):
+        name = "words_config_test"
+        objectives = (("red", "Saying red"),)
+        scalar_weights = (1.0,)
+        single_format_line = "Answer."
+
+        def multi_format(self, m):
+            return f"{m} answers."
+
+    register(Words())
+    try:
+        project = copy.deepcopy(raw)
+        eval_block = {"budget": 6, "temperature": 0.7, "top_p": 1.0, "max_new_tokens": {"single": 40, "multi": 120},
+                      "goal_weights": "none", "seeds": [0], "gpus": 0}
+        second = {"task_settings": {"words_config_test": {"data": {"size": 64}, "m": 3, "eval": eval_block}},
+                  "presets": {"ci": {"task_settings": {"words_config_test": {"data": {"size": 8}}}}}}
+        merged = deep_merge(raw, second)  # what Snakemake makes of --configfile config.yaml second.yaml
+        overrides = user_overrides(merged, project, {"tasks": ["words_config_test"]})
+        cfg = resolve_config(merged, "ci", overrides)
+        assert cfg["tasks"] == ["words_config_test"]
+        assert cfg["task_settings"]["words_config_test"]["data"] == {"size": 8}  # the preset's
+        assert cfg["task_settings"]["words_config_test"]["eval"]["budget"] == 6  # the base value
+        command_line = {"tasks": ["words_config_test"], "task_settings": {"words_config_test": {"data": {"size": 16}}}}
+        cfg = resolve_config(merged, "ci", user_overrides(merged, project, command_line))
+        assert cfg["task_settings"]["words_config_test"]["data"] == {"size": 16}
+    finally:
+        del TASKS["words_config_test"]
