@@ -12,7 +12,7 @@ from snakemake.exceptions import WorkflowError
 
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import answers_per_rollout, method_settings, preset_conflicts, scale_note, trains_tiny_base
-from vpo.config import user_overrides, write_config
+from vpo.config import deep_merge, file_overrides, user_overrides, write_config
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
 from vpo.provenance import front_page_lines
@@ -24,8 +24,16 @@ from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures
 # What --configfile sets differently from the project's config.yaml, and whatever --config sets, wins
 # over the preset.
 try:
-    with open(Path(workflow.basedir).parent / "config.yaml") as _fh:
-        _OVERRIDES = user_overrides(config, yaml.safe_load(_fh), workflow.config_settings.config)
+    _PROJECT_CONFIG = (Path(workflow.basedir).parent / "config.yaml").resolve()
+    with open(_PROJECT_CONFIG) as _fh:
+        _PROJECT = yaml.safe_load(_fh)
+    _FILES = []  # the user's own --configfile files: what they set wins, equal to config.yaml's or not
+    for _path in workflow.config_settings.configfiles:
+        if Path(_path).resolve() != _PROJECT_CONFIG:
+            with open(_path) as _fh:
+                _FILES.append(yaml.safe_load(_fh) or {})
+    _OVERRIDES = user_overrides(config, _PROJECT, deep_merge(file_overrides(_FILES, _PROJECT),
+                                                             dict(workflow.config_settings.config)))
     for _key in preset_conflicts(config, _OVERRIDES):
         print(f"config: preset '{config.get('preset')}' sets {_key}, but your --configfile/--config value is used",
               file=sys.stderr)

@@ -301,3 +301,36 @@ def test_a_plugin_tasks_settings_in_a_second_file_are_refined_by_that_files_pres
         assert cfg["task_settings"]["words_config_test"]["data"] == {"size": 16}
     finally:
         del TASKS["words_config_test"]
+
+
+def test_a_preset_named_by_dots_and_numbers_that_are_not_finite_are_refused(raw):
+    """`preset: ..` would make results/.. the repository; YAML's .nan and .inf pass a schema's number rules."""
+    dots = copy.deepcopy(raw)
+    dots["presets"][".."] = {}
+    with pytest.raises(ConfigError, match=r"presets: '\.\.' does not match"):
+        resolve_config(dots, "..")
+    raw["method_settings"]["vpo"]["alpha"] = float("nan")
+    raw["local_trainer"]["lr"] = float("inf")
+    with pytest.raises(ConfigError) as err:
+        resolve_config(raw, "cpu")
+    assert "local_trainer.lr: inf is not a finite number" in str(err.value)
+    assert "method_settings.vpo.alpha: nan is not a finite number" in str(err.value)
+
+
+def test_a_profile_is_installed_under_a_name_not_a_path(tmp_path):
+    from vpo.profiles import install_profile
+
+    for name in ("../../x", "a/b", ".."):
+        with pytest.raises(ValueError, match="not a path"):
+            install_profile("slurm", tmp_path / "profiles", name)
+    assert install_profile("slurm", tmp_path / "profiles", "my-slurm.v2") == tmp_path / "profiles" / "my-slurm.v2"
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_users_file_sets_overrides_equal_to_the_project_or_not(raw):
+    from vpo.config import file_overrides
+
+    files = [{"seeds": [0, 1, 2], "preset": "ci", "presets": {"ci": {"seeds": [5]}},
+              "task_settings": {"maze": {"m": 3}, "plugin_task": {"m": 2}}}, {"seeds": ["4"]}]
+    assert file_overrides(files, raw) == {"seeds": [4], "task_settings": {"maze": {"m": 3}}}
+    assert file_overrides([], raw) == {}

@@ -323,3 +323,17 @@ def test_a_rebuild_hint_plans_the_file_in_its_own_preset(tmp_path, path):
     output = cli_dryrun(tmp_path, *shlex.split(hint))
     assert "preset ci" in output or "results/ci/" in output
     assert path in output
+
+
+def test_a_second_config_files_values_equal_to_config_yamls_still_win(tmp_path):
+    """`seeds: [0, 1, 2]` in the user's own file is config.yaml's own list: it wins over the cpu preset's
+    five seeds as `--config` does (it once planned five)."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("seeds: [0, 1, 2]\n")
+    cmd = [str(SNAKEMAKE), "-n", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
+           "--configfile", str(REPO / "config.yaml"), str(mine), "--workflow-profile", str(REPO / "profiles" / "default"),
+           "figures/pass_at_k.pdf"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert job_counts(result.stdout + result.stderr)["train"] == 12  # 4 methods x 3 seeds
+    assert "preset 'cpu' sets seeds, but your --configfile/--config value is used" in result.stderr

@@ -77,15 +77,31 @@ def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str
 
     validator = jsonschema.Draft202012Validator(_load_schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    if not errors:
+    lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
+    # YAML's .nan and .inf pass every number rule of a schema
+    lines += [f"{path}: {value} is not a finite number" for path, value in _non_finite(cfg)]
+    if not lines:
         return
     where = f"{source}{' ' + stage if stage else ''}"
-    lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors[:5]]
+    errors, lines = lines, lines[:5]
     more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
     raise ConfigError(
         f"invalid config ({where}):\n  " + "\n  ".join(lines) + more
         + f"\n  (allowed keys and values: {SCHEMA_PATH.relative_to(REPO_ROOT)})"
     )
+
+
+def _non_finite(value: Any, path: str = "") -> list[tuple[str, float]]:
+    """(key path, value) of every NaN or infinite number in a config."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(path, value)]
+    if isinstance(value, Mapping):
+        return [found for key, item in value.items() for found in _non_finite(item, f"{path}.{key}" if path else str(key))]
+    if isinstance(value, list):
+        return [found for i, item in enumerate(value) for found in _non_finite(item, f"{path}[{i}]")]
+    return []
 
 
 def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
@@ -140,6 +156,20 @@ def user_overrides(raw: Mapping[str, Any], project: Mapping[str, Any],
     found = {k: v for k, v in found.items() if v != {}}
     found = deep_merge(found, numbers_in_lists(dict(command_line or {})))
     return {k: v for k, v in found.items() if k not in ("preset", "presets")}
+
+
+def file_overrides(files: list[Mapping[str, Any]], project: Mapping[str, Any]) -> dict[str, Any]:
+    """Every leaf the user's own config files (`--configfile`, not config.yaml) set, even one equal
+    to config.yaml's: it wins over the preset as what `--config` sets does. Left out: `preset` and
+    `presets` (a file's presets are presets), and the settings of a task config.yaml has none for (that
+    task's base values, which presets refine)."""
+    merged: dict[str, Any] = {}
+    for data in files:
+        merged = deep_merge(merged, numbers_in_lists(dict(data or {})))
+    known = project.get("task_settings") or {}
+    if "task_settings" in merged:
+        merged["task_settings"] = {t: v for t, v in merged["task_settings"].items() if t in known}
+    return {k: v for k, v in merged.items() if k not in ("preset", "presets") and v != {}}
 
 
 def preset_conflicts(raw: Mapping[str, Any], overrides: Mapping[str, Any], preset: str | None = None) -> list[str]:

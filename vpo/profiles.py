@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -30,6 +31,9 @@ def install_profile(name: str, dest_root: Path | None = None, as_name: str | Non
     source = PROFILES_DIR / name
     if name not in INSTALLABLE or not source.is_dir():
         raise ValueError(f"unknown profile {name!r}; installable: {', '.join(INSTALLABLE)}")
+    if as_name is not None and not re.fullmatch(r"(?!\.+$)[A-Za-z0-9_.-]+", as_name):
+        raise ValueError(f"--as {as_name!r}: a profile name is letters, digits, _ . - (not a path); it becomes "
+                         "a folder of the profiles directory")
     dest = (dest_root or user_profiles_dir()) / (as_name or name)
     if dest.exists():
         raise FileExistsError(
