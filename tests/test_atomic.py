@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from vpo.atomic import atomic_dir, atomic_file, remove_stale_tmp, write_json_atomic
+from vpo.atomic import HOST, atomic_dir, atomic_file, remove_stale_tmp, write_json_atomic
 
 
 def test_an_error_inside_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -57,8 +57,8 @@ def test_a_killed_writer_leaves_only_a_hidden_temporary_that_the_next_write_remo
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     left = [p.name for p in tmp_path.iterdir()]
-    assert left == [f".checkpoint.tmp-{proc.pid}"] and not target.exists()
-    assert remove_stale_tmp(target) == [tmp_path / f".checkpoint.tmp-{proc.pid}"]
+    assert left == [f".checkpoint.tmp-{proc.pid}@{HOST}"] and not target.exists()
+    assert remove_stale_tmp(target) == [tmp_path / f".checkpoint.tmp-{proc.pid}@{HOST}"]
     write_json_atomic(tmp_path / "other.json", {"a": 1})  # siblings of other names are not touched
     with atomic_dir(target) as tmp:
         (tmp / "done").write_text("y")
@@ -78,3 +78,17 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_another_hosts_temporary_is_never_judged_by_a_local_pid(tmp_path):
+    """On a cluster's shared filesystem a pid of another node means nothing here: a temporary of
+    another host is left alone even when no local process has its pid; this host's dead one goes."""
+    target = tmp_path / "table.csv"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    other = tmp_path / f".table.csv.tmp-{dead.pid}@node-elsewhere.cluster"
+    mine = tmp_path / f".table.csv.tmp-{dead.pid}@{HOST}"
+    for path in (other, mine):
+        path.write_text("partial")
+    assert remove_stale_tmp(target) == [mine] and other.exists()
+

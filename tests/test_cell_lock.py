@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vpo.atomic import HOST
 from vpo.cell_lock import CELL_LOCK, CellBusy, hold, writing_cell
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,8 +55,23 @@ def test_a_killed_holder_releases_the_cell_and_its_note_is_cleared(tmp_path):
     proc.wait()
     with writing_cell(cell, what="vpo train again"):
         notes = sorted(p.name for p in cell.glob(CELL_LOCK + ".*"))
-        assert notes == [f"{CELL_LOCK}.{os.getpid()}"]  # the dead holder's note is gone once looked at
+        assert notes == [f"{CELL_LOCK}.{os.getpid()}@{HOST}"]  # the dead holder's note is gone once looked at
     assert not list(cell.glob(CELL_LOCK + ".*"))
+
+
+def test_another_hosts_note_is_reported_never_judged_by_a_local_pid(tmp_path):
+    """A note left by a job on another node of a shared filesystem names its holder and stays, even
+    when no local process has that pid (a local judgement would call a live job dead)."""
+    from vpo.cell_lock import holders
+
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (cell / f"{CELL_LOCK}.{gone.pid}@node-7.cluster").write_text("vpo train maze/vpo/seed0\n")
+    (cell / f"{CELL_LOCK}.{gone.pid}@{HOST}").write_text("vpo train (dead, this host)\n")
+    assert holders(cell / CELL_LOCK) == [f"pid {gone.pid} on node-7.cluster (vpo train maze/vpo/seed0)"]
+    assert sorted(p.name for p in cell.glob(CELL_LOCK + ".*")) == [f"{CELL_LOCK}.{gone.pid}@node-7.cluster"]
 
 
 def test_evaluation_seeds_of_one_cell_run_side_by_side_but_not_one_seed_twice(tmp_path):

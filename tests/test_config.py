@@ -334,3 +334,18 @@ def test_a_users_file_sets_overrides_equal_to_the_project_or_not(raw):
               "task_settings": {"maze": {"m": 3}, "plugin_task": {"m": 2}}}, {"seeds": ["4"]}]
     assert file_overrides(files, raw) == {"seeds": [4], "task_settings": {"maze": {"m": 3}}}
     assert file_overrides([], raw) == {}
+
+
+def test_a_variant_that_runs_another_method_is_another_cell(raw):
+    """grpo, max_at_k, maxrl, gdpo and multi_rlvr have the same (empty) settings: a variant's digest
+    must change with the method it runs, or changing it reruns nothing."""
+    from vpo.config import cell_digest
+
+    digests = []
+    for base in ("grpo", "max_at_k", "maxrl"):
+        raw["variants"]["mine"] = {"method": base, "settings": {}}
+        raw["methods"] = ["grpo", "vpo", "mine"]
+        digests.append(cell_digest(resolve_config(raw, "paper"), "maze", "mine"))
+    assert len(set(digests)) == 3
+    cfg = resolve_config(raw, "paper")
+    assert cell_digest(cfg, "maze", "grpo") == cell_digest(resolve_config(raw, "paper"), "maze", "grpo")

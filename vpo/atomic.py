@@ -17,12 +17,16 @@ import json
 import os
 import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any, Iterator
 
 
+HOST = socket.gethostname() or "localhost"  # a pid means something on its own machine only (shared filesystems)
+
+
 def _tmp_sibling(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}@{HOST}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -40,11 +44,13 @@ def remove_stale_tmp(path: str | os.PathLike) -> list[Path]:
     path = Path(path)
     if not path.parent.is_dir():
         return []
-    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)$")
+    # tmp-<pid>@<host>; a writer of another host is never judged by a local pid (tmp-<pid>: this host's)
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)(?:@(.+))?$")
     removed = []
     for sibling in path.parent.iterdir():
         match = pattern.match(sibling.name)
-        if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+        if (match and (match.group(2) or HOST) == HOST and int(match.group(1)) != os.getpid()
+                and not _pid_alive(int(match.group(1)))):
             if sibling.is_dir() and not sibling.is_symlink():
                 shutil.rmtree(sibling, ignore_errors=True)
             else:

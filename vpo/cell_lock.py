@@ -7,7 +7,8 @@ interleave their metrics and checkpoints. Every job that writes into a cell hold
 shared (the evaluation seeds of one cell run side by side), each with its own output's lock held
 exclusively. A job that cannot take its locks stops at once, naming the cell and the process
 holding it. Nothing is left to clean up: a lock dies with its process, and the holder notes
-(`<lock>.<pid>`) of dead processes are ignored and removed.
+(`<lock>.<pid>@<host>`) of dead processes of this host are ignored and removed (another host's pid
+means nothing here: its notes are reported, never judged).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import fcntl
 import os
 from pathlib import Path
 from typing import Iterator
+
+from vpo.atomic import HOST
 
 CELL_LOCK = ".cell.lock"
 
@@ -36,14 +39,19 @@ def _alive(pid: int) -> bool:
 
 
 def holders(lock: Path) -> list[str]:
-    """'pid <n> (<what>)' of every live process that noted it holds `lock`; stale notes are removed."""
+    """'pid <n> (<what>)' of every live process that noted it holds `lock` (notes `<lock>.<pid>@<host>`);
+    stale notes of this host are removed. A note of another host (a cluster's shared filesystem) is
+    never judged by a local pid: it is reported, 'pid <n> on <host>'."""
     found = []
     for note in sorted(lock.parent.glob(f"{lock.name}.*")):
-        pid = note.name.rsplit(".", 1)[-1]
+        pid, _, host = note.name[len(lock.name) + 1:].partition("@")
         if not pid.isdigit():
             continue
-        if _alive(int(pid)) and int(pid) != os.getpid():
-            found.append(f"pid {pid} ({note.read_text(errors='replace').strip() or 'unknown job'})")
+        what = note.read_text(errors="replace").strip() or "unknown job"
+        if host and host != HOST:
+            found.append(f"pid {pid} on {host} ({what})")
+        elif _alive(int(pid)) and int(pid) != os.getpid():
+            found.append(f"pid {pid} ({what})")
         elif not _alive(int(pid)):
             note.unlink(missing_ok=True)
     return found
@@ -67,7 +75,7 @@ def hold(lock: str | os.PathLike, *, what: str, shared: bool = False) -> Iterato
                        "Wait for that job or stop it (a killed Snakemake leaves its jobs running), then rerun"
                        ) from None
     holders(lock)  # removes the notes of holders that died
-    note = lock.with_name(f"{lock.name}.{os.getpid()}")
+    note = lock.with_name(f"{lock.name}.{os.getpid()}@{HOST}")
     try:
         note.write_text(what + "\n")
         yield lock

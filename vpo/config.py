@@ -325,13 +325,17 @@ def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, A
     Evaluation settings are left out: changing them re-evaluates, it does not retrain.
     """
     trainer_block = "verl" if cfg["backend"] == "verl" else "local_trainer"
-    return {
+    settings = {
         "backend": cfg["backend"],
         "task": {**{key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
                  "m": answers_per_rollout(cfg, task, method)},
         "method": method_settings(cfg, method),
         "trainer": cfg.get(trainer_block, {}),
     }
+    variant = (cfg.get("variants") or {}).get(method)
+    if variant:  # the method a variant runs: grpo, max_at_k, maxrl... share their (empty) settings
+        settings["variant_of"] = variant["method"]
+    return settings
 
 
 def cell_digest(cfg: Mapping[str, Any], task: str, method: str | None = None) -> str:
