@@ -66,11 +66,22 @@ def read_wandb_offline_run(path):
         record = pb.Record()
         record.ParseFromString(raw)
         records.append(record)
-    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    run = next((r.run for r in records if r.WhichOneof("record_type") == "run"), None)
     history = [{"step": r.history.step.num, **{item.key or "/".join(item.nested_key): json.loads(item.value_json)
                                                for item in r.history.item}}
                for r in records if r.WhichOneof("record_type") == "history"]
     return run, history
+
+
+def wandb_offline_run(path, steps: int, timeout_s: float = 60.0):
+    """read_wandb_offline_run once W&B's service process has written the run record and `steps`
+    history records (it flushes after the trainer's process has moved on; on a loaded machine, seconds)."""
+    deadline = time.time() + timeout_s
+    while True:
+        run, history = read_wandb_offline_run(path)
+        if (run is not None and len(history) >= steps) or time.time() > deadline:
+            return run, history
+        time.sleep(0.5)
 
 
 def strip_timing(records):
@@ -115,7 +126,7 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
 
     files = list((out / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
-    run, history = read_wandb_offline_run(files[0])
+    run, history = wandb_offline_run(files[0], steps=4)
     assert (run.run_id, run.project, run.display_name) == (run_id("maze", method, 0, out), "vpo_maze", f"{method}_maze_seed0")
     assert [h["step"] for h in history] == [1, 2, 3, 4]
     assert [h["score_mean"] for h in history] == pytest.approx([r["score_mean"] for r in records])
