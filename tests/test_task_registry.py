@@ -263,3 +263,15 @@ def test_preprocess_refuses_rows_the_multi_answer_methods_cannot_use(words_task,
 
     monkeypatch.setattr(WordsTask, "preprocess", writer("Colours? Answer inside <response></response>."), raising=False)
     assert run(tmp_path / "good") == 0 and len(list((tmp_path / "good").glob("*.parquet"))) == 2
+
+
+def test_a_data_setting_of_the_wrong_type_is_named_with_the_type_it_needs():
+    """`--set train_size=true` once made 1 maze (True is an int to Python); a string where a number
+    belongs gave Python's own message ("'<=' not supported ...")."""
+    from vpo_tasks.maze import MazeSettings
+
+    with pytest.raises(ValueError, match=r"maze: setting train_size is True \(bool\); expected int"):
+        MazeSettings.from_dict({"train_size": True})
+    with pytest.raises(ValueError, match=r"maze: setting size is 'seven' \(str\); expected int"):
+        MazeSettings.from_dict({"size": "seven"})
+    assert MazeSettings.from_dict({"train_size": 5, "score_mode": "linear"}).train_size == 5

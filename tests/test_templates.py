@@ -110,6 +110,26 @@ def test_missing_file_and_unknown_mode_are_named(tmp_path):
         read_templates(MAZE, {"chain": None})
 
 
+def test_templates_that_are_not_text_too_large_or_unbalanced_are_refused(tmp_path):
+    """A non-UTF-8 file once raised a bare UnicodeDecodeError; a lone brace was printed into every
+    prompt; a 5 MB template cost 26 MB per row at preprocess."""
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Caf\xe9 {grid} {max_steps} {format}".encode("latin-1"))
+    with pytest.raises(TemplateError, match=r"prompts.single: .*latin.txt is not UTF-8 text \(byte 3\)"):
+        read_templates(MAZE, {"single": str(latin)})
+    lone = tmp_path / "lone.txt"
+    lone.write_text("{grid} {max_steps} {format} and {oops")
+    with pytest.raises(TemplateError, match=r"lone.txt has a lone '\{' at character 32; write \{\{"):
+        read_templates(MAZE, {"single": str(lone)})
+    large = tmp_path / "large.txt"
+    large.write_text("{grid} {max_steps} {format}" + " " * 70000)
+    with pytest.raises(TemplateError, match=r"large.txt has 70027 bytes; a prompt template may have 65536"):
+        read_templates(MAZE, {"single": str(large)})
+    fine = tmp_path / "fine.txt"
+    fine.write_text("{{literal}} {grid} {max_steps} {format}")
+    assert read_templates(MAZE, {"single": str(fine)}) == {"single": fine.read_text()}
+
+
 def test_every_task_provides_the_fields_its_templates_need(tmp_path):
     LCB.preprocess(str(tmp_path), {"deepcoder": {"path": str(REPO / "tests" / "fixtures" / "deepcoder")}})
     rows = pd.read_parquet(tmp_path / "test.parquet")

@@ -204,13 +204,24 @@ def task_code(task: "Task", doing: str, text: Any = None, excerpt: int = 80, pas
                             f"{type(err).__name__} while {doing}{shown}: {' '.join(str(err).split())[:200]}") from err
 
 
+SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
 def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
-    """A task's settings dataclass from a mapping; an unknown key is an error naming the known ones."""
+    """A task's settings dataclass from a mapping; an unknown key, or a value not of its field's simple
+    type (int, float, str, bool, or one of them or None; `true` is not an int), is an error naming it."""
     values = dict(values or {})
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
+    fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ValueError(f"{task}: unknown setting(s) {unknown}; known: {sorted(known)}")
+        raise ValueError(f"{task}: unknown setting(s) {unknown}; known: {sorted(fields)}")
+    for name, value in values.items():
+        allowed = [part.strip() for part in fields[name].split("|")]
+        kinds = [SIMPLE_TYPES.get(part) for part in allowed if part != "None"]
+        if None in kinds or (value is None and "None" in allowed):  # a richer type: the task checks it
+            continue
+        if (isinstance(value, bool) and "bool" not in allowed) or not any(isinstance(value, k) for k in kinds):
+            raise ValueError(f"{task}: setting {name} is {value!r} ({type(value).__name__}); expected {fields[name]}")
     return cls(**values)
 
 

@@ -34,6 +34,7 @@ from vpo.task import Task
 
 PROMPT_MODES = ("single", "multi", "goal")
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+MAX_TEMPLATE_BYTES = 65536  # a template travels in every row (the paper's maze: 1000 rows)
 MODE_FIELDS = {"single": ("format",), "multi": ("m", "multi_format"), "goal": ("format", "weights")}
 MODE_REQUIRED = {"single": (), "multi": ("m",), "goal": ("weights",)}
 
@@ -83,10 +84,22 @@ def read_templates(task: Task, prompts: Mapping[str, Any] | None, base: Path | N
             raise TemplateError(f"task_settings.{task.name}.prompts.{mode}: not a prompt mode ({', '.join(PROMPT_MODES)})")
         if path is None:
             continue
+        where = f"task_settings.{task.name}.prompts.{mode}"
+        file = Path(base or ".") / Path(str(path)).expanduser()
         try:
-            text = (Path(base or ".") / Path(str(path)).expanduser()).read_text(encoding="utf-8")
+            if file.is_file() and file.stat().st_size > MAX_TEMPLATE_BYTES:  # it is copied into every row
+                raise TemplateError(f"{where}: {path} has {file.stat().st_size} bytes; a prompt template may "
+                                    f"have {MAX_TEMPLATE_BYTES} (it is copied into every row)")
+            text = file.read_text(encoding="utf-8")
         except OSError as err:
-            raise TemplateError(f"task_settings.{task.name}.prompts.{mode}: cannot read {path} ({err.strerror})") from None
+            raise TemplateError(f"{where}: cannot read {path} ({err.strerror})") from None
+        except UnicodeDecodeError as err:
+            raise TemplateError(f"{where}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+        lone = PLACEHOLDER.sub(lambda match: " " * len(match.group(0)), text)
+        for brace in ("{", "}"):
+            if brace in lone:
+                raise TemplateError(f"{where}: {path} has a lone '{brace}' at character {lone.index(brace)}; "
+                                    f"write {brace * 2} for a literal brace")
         check_template(task, mode, text, str(path))
         out[mode] = text
     return out
