@@ -138,3 +138,28 @@ def test_the_aggregate_record_keeps_every_result_and_says_where_they_disagree(ev
     assert lines[0].startswith("code: commit ")
     assert any(line.startswith("the results disagree on commit: ") and "aaaaaaaaaaaa" in line for line in lines)
     assert provenance.front_page_lines(tmp_path / "absent.json") == []
+
+
+def test_damaged_records_are_named_one_by_one_and_the_rest_still_reported(tmp_path, capsys):
+    """A JSON list, fields of the wrong type, a link to /dev/zero (once read until memory ran out) and
+    a FIFO (once hung) are each skipped with a line; the good result is still compared."""
+    import os
+
+    here = provenance.collect()
+    write_result(tmp_path, "good", here)
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "train.json").write_text("[1, 2]")
+    write_result(tmp_path, "typed", {**here, "versions": "numpy 2"})
+    (tmp_path / "zero").mkdir()
+    (tmp_path / "zero" / "train.json").symlink_to("/dev/zero")
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "evalseed0.json")
+    assert vpo(["provenance", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    skipped = [line for line in captured.err.splitlines() if line.startswith("vpo provenance: skipped")]
+    assert len(skipped) == 4
+    assert any("listed/train.json: no provenance record (a list" in line for line in skipped)
+    assert any("typed/train.json: provenance fields of the wrong type: versions" in line for line in skipped)
+    assert any("zero/train.json: not a regular file" in line for line in skipped)
+    assert any("fifo/evalseed0.json: not a regular file" in line for line in skipped)
+    assert captured.out.strip().endswith("1 results, 0 made differently from here")

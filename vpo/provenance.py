@@ -220,19 +220,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the records as JSON")
 
 
-def records_under(folder: Path) -> dict[str, dict]:
-    """{path: provenance} of every train.json, evaluation JSON and provenance.json under `folder`."""
-    found = {}
+MAX_RECORD_BYTES = 16 << 20  # a result's JSON is kilobytes; a larger file is not one (or is damaged)
+FIELD_TYPES = {"lock": dict, "versions": dict, "threads": dict, "machine": dict}  # what differences() reads
+
+
+def records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
+    """({path: provenance} of every train.json, evaluation JSON and provenance.json under `folder`,
+    [one line per such file that cannot be read as one]). Regular files only, read up to a bound: a
+    link to a device or a FIFO is named, never read."""
+    found, bad = {}, []
     for path in sorted(folder.rglob("*.json")):
-        if path.name == "train.json" or path.name.startswith("evalseed") or path.name == "provenance.json":
-            try:
-                payload = json.loads(path.read_text())
-            except (OSError, ValueError):
+        if not (path.name == "train.json" or path.name.startswith("evalseed") or path.name == "provenance.json"):
+            continue
+        try:
+            if not path.is_file():
+                bad.append(f"{path}: not a regular file (a device, a pipe or a broken link)")
                 continue
-            record = payload.get("provenance") or payload.get("aggregate")
-            if isinstance(record, dict):
-                found[str(path)] = record
-    return found
+            if path.stat().st_size > MAX_RECORD_BYTES:
+                bad.append(f"{path}: {path.stat().st_size} bytes, not a result's record")
+                continue
+            payload = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            bad.append(f"{path}: unreadable ({type(err).__name__}: {' '.join(str(err).split())[:120]})")
+            continue
+        record = (payload.get("provenance") or payload.get("aggregate")) if isinstance(payload, dict) else None
+        if not isinstance(record, dict):
+            bad.append(f"{path}: no provenance record (a {type(payload).__name__}, not a result's JSON)")
+            continue
+        wrong = [field for field, kind in FIELD_TYPES.items() if field in record and not isinstance(record[field], kind)]
+        if wrong:
+            bad.append(f"{path}: provenance fields of the wrong type: {', '.join(wrong)}")
+            continue
+        found[str(path)] = record
+    return found, bad
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,9 +260,11 @@ def run(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         print(f"vpo provenance: {folder} is not a directory", file=sys.stderr)
         return 2
-    found, here = records_under(folder), collect()
+    (found, bad), here = records_under(folder), collect()
+    for line in bad:
+        print(f"vpo provenance: skipped {line}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"here": here, "results": found}, indent=2, sort_keys=True))
+        print(json.dumps({"here": here, "results": found, "skipped": bad}, indent=2, sort_keys=True))
         return 0
     if not found:
         print(f"no result under {folder} records its provenance (train.json, evalseed*.json, provenance.json)")
