@@ -349,3 +349,16 @@ def test_a_variant_that_runs_another_method_is_another_cell(raw):
     assert len(set(digests)) == 3
     cfg = resolve_config(raw, "paper")
     assert cell_digest(cfg, "maze", "grpo") == cell_digest(resolve_config(raw, "paper"), "maze", "grpo")
+
+
+def test_a_variant_redefined_to_run_another_method_loses_the_old_label(raw):
+    from vpo.methods import get_method
+
+    cfg = resolve_config(raw, "ablation", {"variants": {"vpo_m2": {"method": "multi_rlvr"}}})
+    assert "label" not in cfg["variants"]["vpo_m2"]
+    assert get_method("vpo_m2").label == "Multi-RLVR (vpo_m2)"
+    assert resolve_config(cfg) == cfg  # a job reading the snapshot agrees
+    labelled = resolve_config(raw, "ablation", {"variants": {"vpo_m2": {"method": "multi_rlvr", "label": "MR m2"}}})
+    assert labelled["variants"]["vpo_m2"]["label"] == "MR m2"
+    kept = resolve_config(raw, "ablation", {"variants": {"vpo_m2": {"m": 2}}})
+    assert kept["variants"]["vpo_m2"]["label"] == raw["variants"]["vpo_m2"]["label"]

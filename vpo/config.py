@@ -214,6 +214,12 @@ def resolve_config(
     if overrides:
         overrides = ablations_on_the_grid(cfg, numbers_in_lists(dict(overrides)))
         cfg = deep_merge(cfg, overrides)
+        for variant_name, variant in (overrides.get("variants") or {}).items():
+            # a variant redefined to run another method loses the label of the old one ("VPO (m = 2)"
+            # on Multi-RLVR runs); it gets its default label unless the override names one
+            before = ((raw.get("variants") or {}).get(variant_name) or {}).get("method")
+            if isinstance(variant, Mapping) and "label" not in variant and variant.get("method") not in (None, before):
+                cfg["variants"][variant_name].pop("label", None)
         cfg["preset"] = name
         # folded into the stored preset, so resolving the result again (a job reading the snapshot)
         # keeps the overrides instead of re-applying the preset over them
