@@ -362,3 +362,12 @@ def test_a_variant_redefined_to_run_another_method_loses_the_old_label(raw):
     assert labelled["variants"]["vpo_m2"]["label"] == "MR m2"
     kept = resolve_config(raw, "ablation", {"variants": {"vpo_m2": {"m": 2}}})
     assert kept["variants"]["vpo_m2"]["label"] == raw["variants"]["vpo_m2"]["label"]
+
+
+def test_paths_outside_the_presets_folders_are_named():
+    from vpo.config import paths_outside
+
+    inside = ["results/ci/runs/{task}/{method}/seed{seed}/train.json", "figures/pass_at_k.pdf", "figures/ci/x.png",
+              "logs/ci/train/{task}.log", "results/ci/config.yaml"]
+    outside = ["results/ci/../../config.yaml", "config.yaml", "/etc/passwd", "results/cpu/x", "logs/x.log"]
+    assert paths_outside(inside + outside, "ci") == outside
