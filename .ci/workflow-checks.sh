@@ -59,23 +59,24 @@ cat "$work/results/ci/tables/main_table.md" "$work/results/ci/tables/evolve.md"
 bash .ci/stop-slurm.sh
 trap - EXIT
 
+# trainer_preset PRESET SECONDS: the preset preprocess to figures in a scratch directory, then its
+# checks (.ci/check_trainer_preset.py: which backend trained, VPO's diagnostics, the figures)
+trainer_preset() {
+  local preset=$1 limit=$2 dir start
+  dir=$(mktemp -d)
+  start=$(date +%s)
+  timeout -k 30 "$limit" "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$dir" \
+    --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" --cores all --config preset="$preset"
+  echo "$preset preset: $(( $(date +%s) - start )) s"
+  "$REPO/.venv/bin/python" .ci/check_trainer_preset.py "$dir" "$preset"
+  rm -rf "$dir"
+}
+
 echo "== the verl_cpu preset: veRL's own trainer on CPU, preprocess to figures"
-vwork=$(mktemp -d)
-start=$(date +%s)
-timeout -k 30 1800 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$vwork" \
-  --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" --cores all --config preset=verl_cpu
-echo "verl_cpu preset: $(( $(date +%s) - start )) s"
-"$REPO/.venv/bin/python" .ci/check_trainer_preset.py "$vwork" verl_cpu
-rm -rf "$vwork"
+trainer_preset verl_cpu 1800
 
 echo "== the trl_cpu preset: TRL's GRPOTrainer with the project's estimators (vpo/trl_ext), preprocess to figures"
-twork=$(mktemp -d)
-start=$(date +%s)
-timeout -k 30 1200 "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$twork" \
-  --configfile "$REPO/config.yaml" --workflow-profile "$REPO/profiles/default" --cores all --config preset=trl_cpu
-echo "trl_cpu preset: $(( $(date +%s) - start )) s"
-"$REPO/.venv/bin/python" .ci/check_trainer_preset.py "$twork" trl_cpu
-rm -rf "$twork"
+trainer_preset trl_cpu 1200
 
 echo "== the example task plugin (examples/vpo-colours-task): its own tests, then the ci preset on it alone"
 # installed into a directory of its own, not the project's environment (the suite's registry stays the project's)
