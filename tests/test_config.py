@@ -196,7 +196,7 @@ def test_command_line_numbers_in_lists_are_numbers(raw):
 
 
 def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
-    from vpo.config import preset_conflicts, user_overrides
+    from vpo.overrides import preset_conflicts, user_overrides
 
     project = copy.deepcopy(raw)
     raw["seeds"] = ["0"]  # what `snakemake --config seeds=[0]` hands over
@@ -271,7 +271,7 @@ def test_a_plugin_tasks_settings_in_a_second_file_are_refined_by_that_files_pres
     """A second --configfile with `task_settings.<plugin task>` (base values) and
     `presets.ci.task_settings.<plugin task>` (the ci preset's sizes): the preset's win, as for
     config.yaml's own tasks; --config still wins over both."""
-    from vpo.config import user_overrides
+    from vpo.overrides import user_overrides
     from vpo.task import TASKS, Task, register
 
     class Words(Task):
@@ -328,7 +328,7 @@ def test_a_profile_is_installed_under_a_name_not_a_path(tmp_path):
 
 
 def test_a_users_file_sets_overrides_equal_to_the_project_or_not(raw):
-    from vpo.config import file_overrides
+    from vpo.overrides import file_overrides
 
     files = [{"seeds": [0, 1, 2], "preset": "ci", "presets": {"ci": {"seeds": [5]}},
               "task_settings": {"maze": {"m": 3}, "plugin_task": {"m": 2}}}, {"seeds": ["4"]}]

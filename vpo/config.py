@@ -135,60 +135,6 @@ def numbers_in_lists(value: Any) -> Any:
     return value
 
 
-def user_overrides(raw: Mapping[str, Any], project: Mapping[str, Any],
-                   command_line: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What the user set over the project's config.yaml, outside `preset`/`presets`: the leaves of raw
-    (config.yaml + --configfile + --config, as Snakemake merged them) that differ from config.yaml or
-    are new, and every leaf of command_line (Snakemake's --config mapping), even one equal to
-    config.yaml's (`--config seeds=[0,1,2]` repeats config.yaml's seeds, and must still win over a
-    preset's). The settings of a task config.yaml has none for are not overrides: they are that
-    task's base values, under the presets as config.yaml's are."""
-    def diff(a: Any, b: Any) -> Any:
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out = {k: diff(v, b[k]) if k in b else v for k, v in a.items() if k not in b or v != b[k]}
-            return {k: v for k, v in out.items() if v != {}}
-        return a
-    found = diff(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project)))
-    # a task config.yaml lacks (a plugin's, from a second --configfile) gets its settings there as
-    # config.yaml's tasks do: the base values, which a preset's `presets.<name>.task_settings` refine
-    for task in [t for t in found.get("task_settings") or {} if t not in (project.get("task_settings") or {})]:
-        del found["task_settings"][task]
-    found = {k: v for k, v in found.items() if v != {}}
-    found = deep_merge(found, numbers_in_lists(dict(command_line or {})))
-    return {k: v for k, v in found.items() if k not in ("preset", "presets")}
-
-
-def file_overrides(files: list[Mapping[str, Any]], project: Mapping[str, Any]) -> dict[str, Any]:
-    """Every leaf the user's own config files (`--configfile`, not config.yaml) set, even one equal
-    to config.yaml's: it wins over the preset as what `--config` sets does. Left out: `preset` and
-    `presets` (a file's presets are presets), and the settings of a task config.yaml has none for (that
-    task's base values, which presets refine)."""
-    merged: dict[str, Any] = {}
-    for data in files:
-        merged = deep_merge(merged, numbers_in_lists(dict(data or {})))
-    known = project.get("task_settings") or {}
-    if "task_settings" in merged:
-        merged["task_settings"] = {t: v for t, v in merged["task_settings"].items() if t in known}
-    return {k: v for k, v in merged.items() if k not in ("preset", "presets") and v != {}}
-
-
-def preset_conflicts(raw: Mapping[str, Any], overrides: Mapping[str, Any], preset: str | None = None) -> list[str]:
-    """Key paths the preset sets to something else than the user's override (the override wins)."""
-    name = preset or raw.get("preset")
-    found: list[str] = []
-
-    def walk(over: Any, pre: Any, path: list[str]) -> None:
-        if isinstance(over, Mapping) and isinstance(pre, Mapping):
-            for key, value in over.items():
-                if key in pre:
-                    walk(value, pre[key], path + [key])
-        elif over != pre:
-            found.append(".".join(path))
-
-    walk(overrides, (raw.get("presets") or {}).get(name) or {}, [])
-    return found
-
-
 def resolve_config(
     raw: Mapping[str, Any],
     preset: str | None = None,
