@@ -56,10 +56,7 @@ def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
 def demo_example(task, row: dict, rng: np.random.Generator, mode: str, m: int, seed: int):
     """One (prompt messages, response text) pair in the given prompt form."""
     n_answers = m if mode == "multi" else 1
-    from vpo.task import task_code
-
-    with task_code(task, "writing a warm-start demonstration"):
-        return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers)
+    return prompt_variant(task, row, mode, m, seed), task.demonstration(row, rng, n_answers)
 
 
 def encode_example(tokenizer, messages, response: str) -> tuple[list[int], list[int]]:
@@ -136,8 +133,9 @@ def build_base_model(task_name: str, data_dir: str, out_dir: str, cfg: LocalTrai
         lr = cfg.warm_start_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.warm_start_steps))))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, mode, m, seed))
-                 for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
+        with task_code(task, "writing a warm-start demonstration"):  # once per step, not per example
+            batch = [encode_example(tokenizer, *demo_example(task, train_rows[int(i)], rng, mode, m, seed))
+                     for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
         examples = StepBatch([b[0] for b in batch], [b[1] for b in batch], 1, tokenizer.pad_token_id)
         width = examples.prompts.shape[1] + examples.responses.shape[1]
         if width > cfg.max_positions:
