@@ -86,6 +86,20 @@ def test_every_paper_cell_composes_and_validates(paper_cfg, launcher, tmp_path, 
     assert (command.batch.train_batch_size, command.batch.rollout_n) == ((32, 4) if gpus == 1 else (64, 8))
 
 
+def test_an_8b_musique_model_gets_the_7b_8b_batch(paper_cfg, launcher, tmp_path):
+    """docs/reproducibility.md: the batch table's 7B/8B row (64/32/2) by model size, where train.sh's
+    preset matches only `-7B` names and would give an 8B MuSiQue run 128/64/8."""
+    from vpo.config import deep_merge
+
+    cfg = deep_merge(paper_cfg, {"task_settings": {"musique": {"model": "Qwen/Qwen3-8B"}}})
+    command = launcher.build_command(cfg, "musique", "grpo", 0, tmp_path / "run", tmp_path / "data")
+    assert command.batch_preset == "7b_8b"
+    batch = command.batch
+    assert (batch.train_batch_size, batch.ppo_mini_batch_size, batch.micro_batch_per_gpu) == (64, 32, 2)
+    command = launcher.build_command(paper_cfg, "musique", "grpo", 0, tmp_path / "run", tmp_path / "data")
+    assert (command.batch_preset, command.batch.micro_batch_per_gpu) == ("up_to_4b", 8)
+
+
 def test_printed_command_composes_with_cfg_job(paper_cfg, launcher, tmp_path, capsys):
     """Run the printed command itself (environment included) with --cfg job appended."""
     import shlex
