@@ -40,6 +40,21 @@ def test_the_packages_fingerprint_follows_any_installed_version(monkeypatch):
     assert provenance.packages_fingerprint() != before
 
 
+def test_installed_reads_what_importlib_parses_from_every_distribution():
+    """`installed` reads only the metadata headers; importlib's full email parse gives the same names
+    and versions for every distribution of this environment."""
+    import importlib.metadata as md
+
+    parsed = {provenance.canonical(d.metadata["Name"]): d.version for d in md.distributions() if d.metadata["Name"]}
+    assert provenance.installed() == parsed and len(parsed) > 50
+
+
+def test_a_metadata_header_is_read_up_to_its_blank_line():
+    text = "Metadata-Version: 2.1\nName: Some_Pkg\nVersion: 1.2rc1\n\nName: not-this\nVersion: 9\n"
+    assert provenance._name_and_version(text) == ("Some_Pkg", "1.2rc1")
+    assert provenance._name_and_version("") == ("", "")
+
+
 def write_result(folder: Path, name: str, record: dict) -> Path:
     path = folder / name / "train.json"
     path.parent.mkdir(parents=True)

@@ -69,10 +69,22 @@ def installed() -> dict[str, str]:
     """{normalised distribution name: version} of this interpreter's environment."""
     found = {}
     for dist in md.distributions():
-        name = canonical(dist.metadata["Name"] or "")
+        name, version = _name_and_version(dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
         if name:
-            found[name] = dist.version
+            found[canonical(name)] = version
     return found
+
+
+def _name_and_version(metadata: str) -> tuple[str, str]:
+    """`Name` and `Version` of a core-metadata text, read from its header lines only: parsing each whole
+    file as email (`Distribution.metadata`) cost every job about 0.4 s over some 200 distributions."""
+    fields = {}
+    for line in metadata.splitlines():
+        if not line.strip():
+            break  # the header ends at the first blank line; the description follows
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    return fields.get("name", ""), fields.get("version", "")
 
 
 def packages_fingerprint() -> str:
