@@ -6,8 +6,9 @@ rule eval:
         model=f"{CELL}/model",
         test=rules.preprocess.output.test,
     output:
-        pool=f"{CELL}/eval/evalseed{{evalseed}}.parquet",
-        metrics=f"{CELL}/eval/evalseed{{evalseed}}.json",
+        # update: a rerun that fails (a scorer raised) gets the previous evaluation back, not nothing
+        pool=update(f"{CELL}/eval/evalseed{{evalseed}}.parquet"),
+        metrics=update(f"{CELL}/eval/evalseed{{evalseed}}.json"),
     params:
         data=lambda wc, input: os.path.dirname(input.test),
         eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),

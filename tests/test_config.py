@@ -365,7 +365,7 @@ def test_a_variant_redefined_to_run_another_method_loses_the_old_label(raw):
 
 
 def test_paths_outside_the_presets_folders_are_named():
-    from vpo.config import paths_outside
+    from vpo.plan import paths_outside
 
     inside = ["results/ci/runs/{task}/{method}/seed{seed}/train.json", "figures/pass_at_k.pdf", "figures/ci/x.png",
               "logs/ci/train/{task}.log", "results/ci/config.yaml"]

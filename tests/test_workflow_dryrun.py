@@ -144,6 +144,42 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     )  # the bandit figure depends on no cell
 
 
+def test_a_gone_evaluation_remakes_it_and_the_tables_and_figures_made_from_it(tmp_path, capfd):
+    """Snakemake alone plans nothing when a finished cell's evaluation is gone (it remakes a missing
+    intermediate only for a job that runs anyway), and the tables keep numbers whose source is gone."""
+    every, start = dryrun(tmp_path), time.time() - 1000
+    complete(tmp_path, every, start)
+    cell = "results/cpu/runs/maze/vpo/seed1"
+    (tmp_path / cell / "eval" / "evalseed0.json").unlink()
+    replanned = dryrun(tmp_path)
+    assert f"{cell}/eval/evalseed0.json" in replanned and f"{cell}/eval/evalseed0.parquet" in replanned
+    for made_from_it in ("results/cpu/aggregate/summary.csv", "results/cpu/tables/main_table.md",
+                         "figures/cpu/pass_at_k.pdf", "figures/pass_at_k.pdf"):
+        assert made_from_it in replanned
+    # no other cell trains or evaluates again (their searches follow the hardest set, which may change)
+    assert not any(f.startswith("results/cpu/runs/") and not f.startswith(cell) and "/evolve/" not in f
+                   for f in replanned)
+    assert f"stale: results/cpu/aggregate/summary.csv was made from {cell}/eval/evalseed0.json" in capfd.readouterr().err
+    complete(tmp_path, [f"{cell}/eval/evalseed0.json"], start)  # back as it was: nothing planned, no word
+    assert dryrun(tmp_path) == [] and "stale:" not in capfd.readouterr().err
+
+
+def test_a_failed_rerun_of_an_evaluation_gives_the_previous_one_back(tmp_path):
+    """A real run: forcing a finished cell's evaluation, which fails (its model is an empty folder),
+    leaves the previous evaluation files as they were (Snakemake once deleted them)."""
+    every, start = dryrun(tmp_path), time.time() - 1000
+    complete(tmp_path, every, start)
+    evaluation = tmp_path / "results/cpu/runs/maze/vpo/seed1/eval"
+    before = {p.name: p.read_bytes() for p in evaluation.glob("evalseed0.*")}
+    cmd = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--cores", "1",
+           "--configfile", str(REPO / "config.yaml"), "--workflow-profile", str(REPO / "profiles" / "default"),
+           "-f", "results/cpu/runs/maze/vpo/seed1/eval/evalseed0.json"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "not a model directory" in (tmp_path / "logs/cpu/eval/maze/vpo/seed1/evalseed0.log").read_text()
+    assert "Restored previous version" in result.stderr, result.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in evaluation.glob("evalseed0.*")} == before and len(before) == 2
+
+
 def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
     cpu = dryrun(tmp_path)
     complete(tmp_path, cpu, time.time() - 2000)

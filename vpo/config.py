@@ -190,14 +190,6 @@ def ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> 
     return deep_merge(overrides, {"ablations": {"tasks": kept}})
 
 
-def paths_outside(paths, preset: str) -> list[str]:
-    """The paths (a rule's outputs and logs, wildcards unfilled) that leave results/<preset>/,
-    figures/ and logs/<preset>/ once normalised: a rule writing there could overwrite the project."""
-    roots = (f"results/{preset}/", "figures/", f"logs/{preset}/")
-    return [str(p) for p in paths if not (os.path.normpath(str(p)) + "/").startswith(roots)
-            or os.path.isabs(str(p))]
-
-
 def register_variants(cfg: Mapping[str, Any], source: str = DEFAULT_CONFIG) -> None:
     """Add the config's method variants to the method table of this process (`vpo.methods`)."""
     from vpo.methods import register_variant
