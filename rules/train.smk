@@ -21,11 +21,11 @@ rule train:
     resources: **job_resources("train", gpus=train_gpus)
     conda: MODEL_ENV
     shell:
-        # a failed attempt's log is copied to <log>.failed-<UTC time>: Snakemake deletes {log} before a rerun
+        # vpo train writes {log} itself once it holds the cell (vpo/joblog.py): a rerun refused the cell
+        # leaves the running trainer's log in place; a failed attempt's is kept as <log>.failed-<UTC time>
         "OMP_NUM_THREADS={threads} python -m vpo.cli train --backend {params.backend:q} --task {wildcards.task}"
         " --method {wildcards.method} --seed {wildcards.seed} --data {params.data:q}"
-        " {params.base_model:q} --out {params.out:q} --config \"$VPO_CONFIG_SNAPSHOT\" > {log} 2>&1"
-        " || {{ status=$?; cp {log:q} {log:q}.failed-$(date -u +%Y%m%dT%H%M%S); exit $status; }}"
+        " {params.base_model:q} --out {params.out:q} --config \"$VPO_CONFIG_SNAPSHOT\" --log {log:q}"
 
 
 rule merge:

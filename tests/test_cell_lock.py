@@ -116,3 +116,98 @@ def test_vpo_train_refuses_a_cell_another_trainer_holds(tmp_path, tiny_maze_data
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_aggregate_stops_at_a_cell_being_trained_before_reading_it(tmp_path):
+    """`vpo aggregate` beside a trainer once read 11, 36, then 58 steps of its metrics with rc 0."""
+    from vpo.cli import main
+
+    cell = tmp_path / "runs" / "maze" / "grpo" / "seed0"
+    proc = holder(cell)
+    try:
+        (cell / "metrics.jsonl").write_text('{"step": 1, "pool_diversity": 0.5}\n')
+        with pytest.raises(CellBusy, match=rf"{cell}.*pid {proc.pid} \(vpo train"):
+            main(["aggregate", "training", "--out", str(tmp_path / "curves.csv"), str(cell / "train.json")])
+        assert not (tmp_path / "curves.csv").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    with pytest.raises(FileNotFoundError, match="has not finished training"):  # trainer gone, no marker
+        main(["aggregate", "training", "--out", str(tmp_path / "curves.csv"), str(cell / "train.json")])
+
+
+def test_vpo_train_over_a_finished_cell_removes_its_marker_before_writing(tmp_path, tiny_maze_data, tiny_base_model,
+                                                                        capsys):
+    """By hand over a finished cell, then killed: the old train.json once stood beside the new run's
+    metrics, and merge failed naming the wrong thing."""
+    from vpo.cli import main
+
+    cell = tmp_path / "run"
+    cell.mkdir()
+    (cell / "train.json").write_text('{"backend": "local", "task": "maze", "method": "grpo", "seed": 0}')
+    cmd = [sys.executable, "-m", "vpo.cli", "train", "--backend", "local", "--task", "maze", "--method", "grpo",
+           "--seed", "0", "--data", str(tiny_maze_data), "--base-model", str(tiny_base_model), "--out", str(cell),
+           "--preset", "ci", "--config", str(REPO / "config.yaml")]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (cell / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert (cell / "metrics.jsonl").exists(), "the trainer wrote no metrics"
+        assert not (cell / "train.json").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert main(["merge", "--run", str(cell)]) == 1
+    assert "has not finished training" in capsys.readouterr().err
+
+
+def logging_holder(cell, log):
+    """A trainer stand-in: holds `cell`, writes its log through vpo.joblog, prints a line a tenth of a second."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from vpo import joblog
+        from vpo.cell_lock import writing_cell
+        with writing_cell({str(cell)!r}, what="vpo train maze/grpo/seed0"):
+            joblog.start({str(log)!r})
+            print("step 1", flush=True)
+            for step in range(2, 10000):
+                time.sleep(0.1)
+                print(f"step {{step}}", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 30
+    while not (log.exists() and "step 1" in log.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+def test_a_refused_rerun_leaves_the_running_trainers_log_in_place(tmp_path, tiny_maze_data, tiny_base_model):
+    """After a killed Snakemake and --unlock: Snakemake deletes the rerun's log file (the running
+    trainer's), then the rerun is refused the cell. The log once held only the refusal."""
+    from vpo.cli import main
+
+    cell, log = tmp_path / "run", tmp_path / "logs" / "train.log"
+    proc = logging_holder(cell, log)
+    try:
+        log.unlink()  # what Snakemake does before it starts a job
+        with pytest.raises(CellBusy):
+            main(["train", "--backend", "local", "--task", "maze", "--method", "grpo", "--seed", "0",
+                  "--data", str(tiny_maze_data), "--base-model", str(tiny_base_model), "--out", str(cell),
+                  "--preset", "ci", "--config", str(REPO / "config.yaml"), "--log", str(log)])
+        before = log.read_text()
+        assert before.startswith("step 1\n") and "is in use" not in before
+        time.sleep(0.5)
+        assert len(log.read_text()) > len(before)  # the trainer's lines go on arriving under the path
+    finally:
+        proc.kill()
+        proc.wait()
+    # the next job at that path: the killed one's file is kept as failed, its own log replaces the path
+    code = ("from vpo import joblog\n"
+            f"own = joblog.start({str(log)!r})\nprint('next job', flush=True)\njoblog.finish({str(log)!r}, failed=False)\n"
+            "print(own.exists())")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    kept = list(log.parent.glob("train.log.failed-*"))
+    assert len(kept) == 1 and kept[0].read_text().startswith("step 1\n")
+    assert log.read_text() == "next job\nFalse\n"  # printed after finish: still this job's file
+    assert sorted(p.name for p in log.parent.iterdir()) == sorted(["train.log", kept[0].name])

@@ -101,3 +101,23 @@ def writing_cell(cell: str | os.PathLike, *, what: str, output: str | None = Non
         output_lock = cell / f"{output}.lock"
         with hold(output_lock.with_name("." + output_lock.name), what=what):
             yield
+
+
+def cell_of(path: str | os.PathLike) -> Path | None:
+    """The cell holding `path`: the nearest folder above it with a cell lock (jobs make one in every
+    cell they write), or None."""
+    for parent in Path(path).absolute().parents:
+        if (parent / CELL_LOCK).is_file():
+            return parent
+    return None
+
+
+@contextlib.contextmanager
+def reading_cells(paths, *, what: str) -> Iterator[None]:
+    """The cells holding `paths`, locked shared for the block: a cell being trained stops the reader at
+    once (CellBusy naming the cell and its trainer), and no trainer starts on them meanwhile, so an
+    aggregate never reads half a run's metrics."""
+    with contextlib.ExitStack() as stack:
+        for cell in dict.fromkeys(c for c in map(cell_of, paths) if c is not None):
+            stack.enter_context(hold(cell / CELL_LOCK, what=what, shared=True))
+        yield

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="run directory, e.g. results/cpu/runs/maze/vpo/seed0")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--print-command", action="store_true", help="verl backend: print the command only")
+    parser.add_argument("--log", default=None,
+                        help="the job's log file: written from when the cell is held, kept through a refused rerun "
+                             "(vpo/joblog.py); default: stdout and stderr as they are")
 
 
 def write_train_json(out_dir, cfg: dict, *, backend: str, task: str, method: str, seed: int, steps: int,
@@ -86,10 +89,33 @@ def run(args: argparse.Namespace) -> int:
     get_method(args.method)  # after the config, which registers its method variants
     backend = args.backend or cfg["backend"]
     check_inputs(args, backend)
-    from vpo.cell_lock import writing_cell
+    from vpo import joblog
+    from vpo.cell_lock import CellBusy, writing_cell
 
-    with writing_cell(args.out, what=f"vpo train {args.task}/{args.method}/seed{args.seed}"):
-        return train_cell(args, cfg, backend)
+    log = getattr(args, "log", None)
+    try:
+        with writing_cell(args.out, what=f"vpo train {args.task}/{args.method}/seed{args.seed}"):
+            if log:
+                joblog.start(log)
+            failed = True
+            try:
+                if not getattr(args, "print_command", False):
+                    # the cell is rewritten from here on, whoever started this: its finished-marker goes
+                    # first, so a kill leaves no marker beside another run's metrics, and merge and
+                    # aggregate see the cell as unfinished until this run writes its own
+                    (Path(args.out) / "train.json").unlink(missing_ok=True)
+                status = train_cell(args, cfg, backend)
+                failed = status != 0
+                return status
+            finally:
+                if log:
+                    joblog.finish(log, failed)
+    except CellBusy:
+        running = joblog.show_running(log) if log else None
+        if running:
+            print(f"vpo train: {log} is the running job's log again ({running}); this job wrote nothing there",
+                  file=sys.stderr)
+        raise
 
 
 def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:

@@ -235,6 +235,9 @@ def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
     records = []
     for marker in markers:
         marker = Path(marker)
+        if not marker.exists():
+            raise FileNotFoundError(f"{marker} is missing: the cell has not finished training (or a training "
+                                    "has just started over it); rerun when it has")
         info = read_json_object(marker)
         metrics_path = marker.with_name("metrics.jsonl")
         if not metrics_path.exists():
@@ -304,6 +307,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vpo.cell_lock import reading_cells
+
+    inputs = {"evals": "files", "problems": "pools", "evolve": "summaries", "training": "markers"}[args.what]
+    with reading_cells(getattr(args, inputs), what=f"vpo aggregate {args.what}"):
+        return aggregate(args)
+
+
+def aggregate(args: argparse.Namespace) -> int:
+    """What `run` does once the cells are locked for reading."""
     if args.what == "evals":
         per_seed, summary = aggregate_evals(args.files)
         write_csv(per_seed, Path(args.out_dir) / "per_seed.csv")
