@@ -163,3 +163,15 @@ def test_missing_entities_are_empty_and_one_entity_parses():
 
     assert parse_entities("<entity_B> Paris </entity_B>") == ["", "Paris", "", "", ""]
     assert EUREQA.parses("<entity_E>x</entity_E>") and not EUREQA.parses("x") and not EUREQA.parses("<entity_A> </entity_A>")
+
+
+@pytest.mark.parametrize("size, message", [
+    ("train_size=-1", "train_size must be at least 1"),  # once dropped the last row silently
+    ("test_size=0", "test_size must be at least 1"),  # once wrote an empty split, rc 0
+    ("train_size=10000", r"train.parquet holds \d+ rows; task_settings.eureqa.data.train_size asks for 10000"),
+])
+def test_a_size_that_would_give_an_empty_or_short_split_fails_naming_it(tmp_path, size, message):
+    with pytest.raises(SystemExit, match=message):
+        vpo_main(["preprocess", "--task", "eureqa", "--out", str(tmp_path / "out"), "--set", f"path={FIXTURE}",
+                  "--set", size])
+    assert not list((tmp_path / "out").glob("*.parquet"))

@@ -134,3 +134,93 @@ def test_unreadable_encodings_are_dropped_with_a_reason():
         with pytest.raises(DroppedRecord) as err:
             deepcoder_tests(raw)
         assert err.value.reason == reason
+
+
+# ---- hostile records and short splits (one bad record once stopped the whole preprocess, naming nothing) ----
+def _copy_fixture(tmp_path, edit_train=None):
+    """The fixture's layout under tmp_path, lcbv5's train rows passed through edit_train(list of dicts)."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "deepcoder"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("*.py"))
+    if edit_train:
+        path = root / "lcbv5" / "train-00000-of-00001.parquet"
+        rows = edit_train(pq.read_table(path).to_pylist())
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return root
+
+
+def test_a_malformed_record_is_dropped_and_named_the_rest_written(tmp_path, capfd):
+    def edit(rows):
+        rows[0]["tests"] = "[" * 100_000 + "]" * 100_000  # JSON past the recursion limit
+        return rows
+
+    out = tmp_path / "out"
+    LCB.preprocess(str(out), {"source": "deepcoder", "deepcoder": {"path": str(_copy_fixture(tmp_path, edit))}})
+    err = capfd.readouterr().err
+    assert "dropped 'lcbv5-train-0': malformed record (RecursionError" in err and "'malformed': 1" in err
+    train = [e["task_id"] for e in pd.read_parquet(out / "train.parquet")["extra_info"]]
+    assert "lcbv5-train-1" in train and "lcbv5-train-0" not in train and len(train) == 7
+
+
+def test_a_bad_contest_date_is_dropped_and_a_broken_jsonl_line_named(tmp_path, capfd):
+    import json
+
+    from vpo_tasks.hub import DataUnavailable
+
+    records = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "lcb" / "test.jsonl").read_text().splitlines()]
+    records[0]["contest_date"] = "the day after tomorrow"
+    records[1]["starter_code"] = 7  # a number where the starter code belongs
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "test.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    LCB.preprocess(str(tmp_path / "out"), {"source": "livecodebench", "livecodebench": {"path": str(raw)}})
+    err = capfd.readouterr().err
+    assert f"dropped {records[0]['question_id']!r}: contest_date 'the day after tomorrow' is not a date" in err
+    assert f"dropped {records[1]['question_id']!r}: starter_code is a int, not text" in err
+    (raw / "test.jsonl").write_text(json.dumps(records[1]) + "\n{not json\n")
+    with pytest.raises(DataUnavailable, match=rf"{raw / 'test.jsonl'}:2 is not JSON"):
+        LCB.preprocess(str(tmp_path / "out2"), {"source": "livecodebench", "livecodebench": {"path": str(raw)}})
+
+
+def test_a_folder_named_parquet_and_a_file_without_the_columns_are_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vpo_tasks.hub import DataUnavailable
+
+    root = _copy_fixture(tmp_path)
+    for f in (root / "taco").glob("*.parquet"):
+        f.unlink()
+    (root / "taco" / "train-00000-of-00001.parquet").mkdir()
+    with pytest.raises(DataUnavailable, match="holds no taco/train"):
+        LCB.preprocess(str(tmp_path / "out"), {"source": "deepcoder", "deepcoder": {"path": str(root)}})
+    (root / "taco" / "train-00000-of-00001.parquet").rmdir()
+    pq.write_table(pa.Table.from_pylist([{"question": "q", "answers": "[]"}]), root / "taco" / "train-00000-of-00001.parquet")
+    with pytest.raises(DataUnavailable, match="has no column problem, tests"):
+        LCB.preprocess(str(tmp_path / "out"), {"source": "deepcoder", "deepcoder": {"path": str(root)}})
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"max_test_chars": -1}, "max_test_chars must be at least 1"),
+    ({"train_size": 0}, "train_size must be at least 1"),
+    ({"train_size": -1}, "train_size must be at least 1"),
+    ({"train_size": 50}, "train_size asks for 50 training problems; the deepcoder source gave 8"),
+])
+def test_sizes_that_would_write_an_empty_or_short_split_are_refused(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        LCB.preprocess(str(tmp_path / "out"), {**LOCAL, **extra})
+    assert not (tmp_path / "out" / "train.parquet").exists()
+
+
+def test_vpo_preprocess_refuses_an_empty_split_naming_the_settings(tmp_path, capsys):
+    """Every test over the size cap: each problem dropped, both splits empty; rc 0 once."""
+    from vpo.cli import main
+
+    with pytest.raises(SystemExit, match=r"train.parquet is empty: .*task_settings.lcb.data"):
+        main(["preprocess", "--task", "lcb", "--out", str(tmp_path / "out"), "--set", "source=deepcoder",
+              "--set", f"deepcoder.path={FIXTURE}", "--set", "max_test_chars=1"])
+    assert not list((tmp_path / "out").glob("*.parquet"))

@@ -108,6 +108,25 @@ def row_problem(task, rows: list[dict]) -> str | None:
     return None
 
 
+def parquet_rows(path: str | Path) -> int:
+    """The number of rows a parquet file says it holds."""
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(path).num_rows
+
+
+def split_problem(task, split: str, rows: list[dict], settings: dict[str, Any]) -> str | None:
+    """What is wrong with a split's size, or None: an empty split, or fewer rows than a size setting
+    asks for (wrong columns, a bad filter or a cap once gave empty or short splits that looked complete)."""
+    where = f"task_settings.{task.name}.data"
+    if not rows:
+        return f"is empty: the data gave no usable {split} row; check {where} (the log names what was dropped)"
+    asked = settings.get(f"{split}_size")
+    if isinstance(asked, int) and not isinstance(asked, bool) and len(rows) < asked:
+        return f"holds {len(rows)} rows; {where}.{split}_size asks for {asked} (the data has no more)"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from vpo.atomic import write_parquet_atomic
     from vpo.data import read_rows
@@ -128,11 +147,11 @@ def run(args: argparse.Namespace) -> int:
         with task_code(task, "preprocessing", passes=(ValueError, OSError)):
             train_path, test_path = task.preprocess(args.out, settings)
         for split, path in (("train", train_path), ("test", test_path)):
-            rows = read_rows(args.out, split)
-            if templates:
+            rows = read_rows(args.out, split) if parquet_rows(path) else []
+            if templates and rows:
                 rows = apply_templates(task, rows, templates)
                 write_parquet_atomic(rows, path)
-            problem = row_problem(task, rows)
+            problem = split_problem(task, split, rows, settings) or row_problem(task, rows)
             if problem:
                 for written in (train_path, test_path):
                     Path(written).unlink(missing_ok=True)  # no file that looks complete

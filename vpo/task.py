@@ -222,6 +222,9 @@ def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
             continue
         if (isinstance(value, bool) and "bool" not in allowed) or not any(isinstance(value, k) for k in kinds):
             raise ValueError(f"{task}: setting {name} is {value!r} ({type(value).__name__}); expected {fields[name]}")
+    for name in ("train_size", "test_size"):  # a count of rows: 0 wrote an empty split, -1 dropped the last row
+        if isinstance(values.get(name), int) and values[name] < 1:
+            raise ValueError(f"{task}: setting {name} must be at least 1 (leave it unset for every row), got {values[name]}")
     return cls(**values)
 
 

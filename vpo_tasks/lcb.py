@@ -55,6 +55,8 @@ class LcbSettings:
             raise ValueError(f"lcb: max_tests must be between 1 and {MAX_TESTS}, got {s.max_tests}")
         if s.compare not in COMPARE_RULES:
             raise ValueError(f"lcb: compare {s.compare!r} is not one of {', '.join(COMPARE_RULES)}")
+        if s.max_test_chars < 1:
+            raise ValueError(f"lcb: max_test_chars must be at least 1, got {s.max_test_chars} (it would drop every test)")
         if s.test_timeout_s <= 0 or s.memory_mb <= 0:
             raise ValueError("lcb: test_timeout_s and memory_mb must be positive")
         return s
@@ -82,6 +84,11 @@ def problem_of(raw: RawProblem, s: LcbSettings) -> Problem:
     if raw.testtype == "functional" and not raw.fn_name:
         raise DroppedRecord("no func_name", "functional tests without a function name")
     return Problem(raw, kept)
+
+
+def record_name(record: Any) -> Any:
+    """What names a raw record in the log: its question id (livecodebench) or row id (deepcoder)."""
+    return record.get("question_id") or record.get("_id") if isinstance(record, dict) else None
 
 
 def signature(starter_code: str, fn_name: str) -> str:
@@ -154,9 +161,18 @@ class LcbTask(Task):
             except DroppedRecord as err:
                 dropped[err.reason] = dropped.get(err.reason, 0) + 1
                 if err.detail:
-                    name = record.get("question_id") or record.get("_id")
-                    print(f"lcb: dropped {name!r}: {err.detail}", file=sys.stderr)
+                    print(f"lcb: dropped {record_name(record)!r}: {err.detail}", file=sys.stderr)
+            except (RecursionError, TypeError, KeyError, ValueError, AttributeError) as err:
+                # one malformed record (a missing field, 100k-deep JSON, a number where text belongs) is
+                # dropped and named; it once stopped the whole preprocess naming nothing
+                dropped["malformed"] = dropped.get("malformed", 0) + 1
+                detail = " ".join(str(err).split())[:200]
+                print(f"lcb: dropped {record_name(record)!r}: malformed record ({type(err).__name__}: {detail})",
+                      file=sys.stderr)
         if s.train_size is not None:
+            if len(splits["train"]) < s.train_size:
+                raise ValueError(f"lcb: train_size asks for {s.train_size} training problems; the {s.source} source "
+                                 f"gave {len(splits['train'])} (dropped {dropped or 'none'})")
             splits["train"] = splits["train"][: s.train_size]
         print(f"lcb ({s.source}): train {len(splits['train'])} problems, test {len(splits['test'])}; "
               f"dropped {dropped or 'none'}", file=sys.stderr)

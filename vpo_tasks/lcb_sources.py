@@ -179,9 +179,31 @@ def load_livecodebench(src: LiveCodeBenchSource) -> list[dict[str, Any]]:
         files = sorted(Path(src.path).expanduser().glob("test*.jsonl"))
         if not files:
             raise DataUnavailable(f"lcb: task_settings.lcb.data.livecodebench.path = {src.path!r} holds no test*.jsonl file")
-        return [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [record for f in files for record in _jsonl_objects(f)]
     return [dict(r) for r in load_hub_dataset("lcb", src.dataset, split="test", revision=src.revision,
                                               path_setting="task_settings.lcb.data.livecodebench.path")]
+
+
+def _jsonl_objects(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file; a line that is not one stops the preprocess naming the file and
+    line (a damaged download: nothing says which record it held)."""
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as err:
+            raise DataUnavailable(f"lcb: {path}:{number} is not JSON ({' '.join(str(err).split())[:120]}); "
+                                  "download the file again or delete the line") from None
+        if not isinstance(record, dict):
+            raise DataUnavailable(f"lcb: {path}:{number} holds a JSON {type(record).__name__}, not a record")
+        records.append(record)
+    return records
+
+
+def _undated(record: dict[str, Any]) -> RawProblem:
+    raise DroppedRecord("bad contest_date", f"contest_date {str(record.get('contest_date'))[:40]!r} is not a date")
 
 
 def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
@@ -191,8 +213,16 @@ def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
         raise DroppedRecord("undecodable", f"private tests do not decode to plain data ({err})") from None
     testtype = tests[0].get("testtype", "stdin") if tests else "stdin"
     info = {"source": "livecodebench", "platform": record.get("platform"), "difficulty": record.get("difficulty")}
-    return RawProblem(str(record["question_id"]), str(record["question_content"]), record.get("starter_code") or "",
+    return RawProblem(str(record["question_id"]), str(record["question_content"]), _starter(record),
                       tests, testtype, func_name(record.get("metadata")), info, as_datetime(record["contest_date"]))
+
+
+def _starter(record: dict[str, Any]) -> str:
+    """A record's starter code: text, or none."""
+    starter = record.get("starter_code") or ""
+    if not isinstance(starter, str):
+        raise DroppedRecord("malformed", f"starter_code is a {type(starter).__name__}, not text")
+    return starter
 
 
 def livecodebench_records(src: LiveCodeBenchSource) -> Iterator[tuple[str, dict[str, Any], Any]]:
@@ -200,7 +230,11 @@ def livecodebench_records(src: LiveCodeBenchSource) -> Iterator[tuple[str, dict[
     bounds = [as_datetime(getattr(src, n)) for n in ("train_before", "test_from", "test_before")]
     chosen = []
     for record in load_livecodebench(src):
-        when = as_datetime(record["contest_date"])
+        try:
+            when = as_datetime(record["contest_date"])
+        except (KeyError, TypeError, ValueError):
+            yield "train", record, _undated  # counted among the drops, not a stop
+            continue
         split = "train" if when < bounds[0] else "test" if bounds[1] <= when < bounds[2] else None
         if split is not None:
             chosen.append((split, when, record))
@@ -268,7 +302,7 @@ def deepcoder_tests(raw: Any) -> tuple[str, str | None, list[dict[str, str]]]:
 
 def deepcoder_problem(record: dict[str, Any]) -> RawProblem:
     testtype, fn, tests = deepcoder_tests(record.get("tests"))
-    starter = record.get("starter_code") or ""
+    starter = _starter(record)
     if testtype == "functional" and not fn:
         fn = func_name(record.get("metadata"))
         match = re.search(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", starter, re.MULTILINE)
@@ -281,13 +315,21 @@ def load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[s
     """One config's split, each row tagged with `_config` and `_id` (<config>-<split>-<row>)."""
     if src.path:
         folder = Path(src.path).expanduser() / config
-        files = sorted(folder.glob(f"{split}-*.parquet")) or sorted((folder / split).glob("*.parquet"))
+        files = [f for f in sorted(folder.glob(f"{split}-*.parquet")) or sorted((folder / split).glob("*.parquet"))
+                 if f.is_file()]  # a folder named *.parquet is no file of the dataset
         if not files:
             raise DataUnavailable(f"lcb: task_settings.lcb.data.deepcoder.path = {src.path!r} holds no "
                                   f"{config}/{split}-*.parquet (the dataset's layout)")
         import pyarrow.parquet as pq
 
-        rows = [row for f in files for row in pq.read_table(f).to_pylist()]
+        rows = []
+        for f in files:
+            table = pq.read_table(f)
+            missing = sorted({"problem", "tests"} - set(table.column_names))
+            if missing:
+                raise DataUnavailable(f"lcb: {f} has no column {', '.join(missing)} (columns: "
+                                      f"{', '.join(table.column_names)}); it is not a DeepCoder file")
+            rows += table.to_pylist()
     else:
         rows = [dict(r) for r in load_hub_dataset("lcb", src.dataset, name=config, split=split, revision=src.revision,
                                                   path_setting="task_settings.lcb.data.deepcoder.path")]
