@@ -141,3 +141,46 @@ def test_a_burst_of_concurrent_requests_is_answered_in_full(server):
         results = list(pool.map(lambda i: post(server, chat(seed=i))[0], range(300)))
     assert results == [200] * 300
     assert threading.active_count() < 50 + 4 + 10  # the server's threads: its pool, not one per connection
+
+
+def test_clients_that_trickle_their_requests_are_dropped_and_do_not_starve_requests():
+    """8 connections sending a byte a second held all 8 workers: a request with the token waited 8 s at a
+    2 s idle timeout, longer with more of them (a socket timeout restarts with every byte)."""
+    with LoopbackServer(EchoBackend(), "echo", max_tokens_cap=16, max_body_bytes=10_000, workers=4,
+                        idle_timeout_s=30.0, request_timeout_s=1.0) as server:
+        host, port = server._httpd.server_address[:2]
+        stop = threading.Event()
+        dropped = []
+
+        def trickle(data: bytes) -> None:
+            with socket.create_connection((host, port)) as sock:
+                for byte in data:
+                    if stop.is_set():
+                        return
+                    try:
+                        sock.sendall(bytes([byte]))
+                    except OSError:  # the server closed it
+                        dropped.append(True)
+                        return
+                    time.sleep(0.2)
+                dropped.append(False)
+
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+                "Content-Length: 500\r\n\r\n").encode()
+        slow = [threading.Thread(target=trickle, args=(head + b" " * 500,)) for _ in range(4)]
+        slow += [threading.Thread(target=trickle, args=(b"GET /v1/models HTTP/1.1\r\n" + b"X-Pad: a\r\n" * 300,))
+                 for _ in range(4)]
+        for thread in slow:
+            thread.start()
+        try:
+            time.sleep(0.5)  # every worker holds a slow connection
+            started = time.monotonic()
+            status, answer = post(server, chat(seed=3))
+            assert status == 200 and answer["choices"][0]["message"]["content"] == "echo 3"
+            assert time.monotonic() - started < 3.0  # one request deadline, not the trickles' length
+            time.sleep(1.5)
+            assert sum(dropped) == 8  # each slow connection was closed at its deadline
+        finally:
+            stop.set()
+            for thread in slow:
+                thread.join(timeout=10)

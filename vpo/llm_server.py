@@ -14,12 +14,16 @@ token (`Authorization: Bearer <token>`, 401 otherwise): any local user can reach
 request's `seed` seeds its sampling, so the same request gives the same completion (the search's
 reproducibility rests on it). The loopback server bounds what a client can make it do: bodies over
 `max_body_bytes` get 413 unread, a malformed request 400 with the reason, an idle connection is closed
-after `idle_timeout_s`, and requests are served by a fixed pool of threads.
+after `idle_timeout_s`, a request whose headers and body have not all arrived `request_timeout_s` after
+its first byte is dropped however its bytes trickle (a socket timeout alone restarts with every byte:
+8 connections sending a byte a second once held every worker), and requests are served by a fixed pool
+of threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import math
@@ -111,6 +115,36 @@ def conversation_from_request(body: dict) -> list[dict]:
     return out
 
 
+class DeadlineReader(io.RawIOBase):
+    """A connection's reads for http.server: the wait for a request's first byte is bounded by `idle_s`;
+    from that byte on, the rest of its headers and body must arrive within `request_s` in all."""
+
+    def __init__(self, sock: socket.socket, idle_s: float, request_s: float):
+        super().__init__()
+        self.sock, self.idle_s, self.request_s = sock, idle_s, request_s
+        self.deadline: float | None = None  # None: between requests
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is None:
+            self.sock.settimeout(self.idle_s)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the request did not arrive within {self.request_s:g} s")
+            self.sock.settimeout(left)
+        count = self.sock.recv_into(buffer)
+        if count and self.deadline is None:
+            self.deadline = time.monotonic() + self.request_s
+        return count
+
+    def request_read(self) -> None:
+        """The request is in: the next wait is for another request."""
+        self.deadline = None
+
+
 class PooledHTTPServer(HTTPServer):
     """An HTTP server whose connections are handled by a fixed pool of threads, with a listen backlog
     that holds the search's bursts (socketserver's default is 5)."""
@@ -146,9 +180,10 @@ class LoopbackServer:
     sampling seed is global torch state) while `workers` threads read and answer requests."""
 
     def __init__(self, backend, model_name: str, *, max_tokens_cap: int, max_body_bytes: int = MAX_BODY_BYTES,
-                 workers: int = 8, idle_timeout_s: float = 30.0):
+                 workers: int = 8, idle_timeout_s: float = 30.0, request_timeout_s: float = 5.0):
         self.backend, self.model_name, self.max_tokens_cap = backend, model_name, max_tokens_cap
         self.max_body_bytes, self.workers, self.idle_timeout_s = max_body_bytes, workers, idle_timeout_s
+        self.request_timeout_s = request_timeout_s  # a loopback request of a few kB takes milliseconds
         self.token = secrets.token_urlsafe(32)
         self.requests = 0
         self._lock = threading.Lock()
@@ -186,6 +221,11 @@ class LoopbackServer:
         class Handler(BaseHTTPRequestHandler):
             timeout = server.idle_timeout_s  # the socket's: an idle or slow client is dropped
 
+            def setup(self):
+                super().setup()
+                self.reader = DeadlineReader(self.connection, server.idle_timeout_s, server.request_timeout_s)
+                self.rfile = io.BufferedReader(self.reader)
+
             def _send(self, status: int, payload: dict, *, close: bool = False) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -207,6 +247,7 @@ class LoopbackServer:
                 return False
 
             def do_GET(self):  # noqa: N802 (http.server's naming)
+                self.reader.request_read()
                 if not self._authorised():
                     return
                 if self.path.rstrip("/") in ("/v1/models", "/models"):
@@ -228,7 +269,13 @@ class LoopbackServer:
                                 "invalid_request_error", close=True)
                     return None
                 try:
-                    return json.loads(self.rfile.read(int(length)) or b"{}")
+                    data = self.rfile.read(int(length))
+                except TimeoutError as err:
+                    self._error(408, str(err), "invalid_request_error", close=True)
+                    return None
+                self.reader.request_read()
+                try:
+                    return json.loads(data or b"{}")
                 except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
                     raise RequestError(f"the body is not JSON this server reads: {type(err).__name__}") from None
 
