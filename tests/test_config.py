@@ -371,3 +371,14 @@ def test_paths_outside_the_presets_folders_are_named():
               "logs/ci/train/{task}.log", "results/ci/config.yaml"]
     outside = ["results/ci/../../config.yaml", "config.yaml", "/etc/passwd", "results/cpu/x", "logs/x.log"]
     assert paths_outside(inside + outside, "ci") == outside
+
+
+def test_the_large_plan_note_counts_the_cells_jobs():
+    from vpo.plan import LARGE_PLAN_JOBS, cell_jobs, large_plan_note
+
+    cells = [("maze", "grpo"), ("maze", "vpo"), ("eureqa", "vpo")]
+    assert cell_jobs(cells, 3, {"maze": 1, "eureqa": 4}.get) == 3 * (4 + 4 + 7)
+    assert large_plan_note(LARGE_PLAN_JOBS) is None
+    assert large_plan_note(170_059) == ("plan: about 170,059 jobs; Snakemake takes about 10 min and 3.5 GB of memory to "
+                                       "plan them before the first one starts (fewer seeds, or a target such as one "
+                                       "cell, plan faster)")
