@@ -121,6 +121,11 @@ def test_unreachable_hub_names_the_source_path_and_dotted_set_reaches_it(tmp_pat
     ({"deepcoder": {"train": ["apps"]}}, "'apps' is not one of the dataset's configs"),
     ({"deepcoder": {"paths": "x"}}, r"lcb.deepcoder: unknown setting\(s\) \['paths'\]"),
     ({"livecodebench": {"test_from": "March"}}, "test_from must be a date"),
+    # values of the wrong kind once gave Python's own words ("'int' object is not iterable")
+    ({"deepcoder": {"train": 5}}, r"setting train is 5; expected a config name or a list of them"),
+    ({"deepcoder": {"train": ["taco", 3]}}, r"setting train is \['taco', 3\]; expected"),
+    ({"deepcoder": 7}, r"lcb.deepcoder: expected a mapping of setting names to values, got 7 \(int\)"),
+    ({"livecodebench": [1]}, r"lcb.livecodebench: expected a mapping of setting names to values, got \[1\]"),
 ])
 def test_bad_settings_name_the_key(settings, message):
     with pytest.raises(ValueError, match=message):

@@ -21,7 +21,7 @@ import re
 import threading
 from collections import UserDict
 from importlib.metadata import entry_points
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -210,6 +210,9 @@ SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bo
 def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
     """A task's settings dataclass from a mapping; an unknown key, or a value not of its field's simple
     type (int, float, str, bool, or one of them or None; `true` is not an int), is an error naming it."""
+    if values is not None and not isinstance(values, Mapping):
+        raise ValueError(f"{task}: expected a mapping of setting names to values, got {values!r} "
+                         f"({type(values).__name__})")
     values = dict(values or {})
     fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))

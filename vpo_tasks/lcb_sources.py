@@ -70,7 +70,10 @@ class DeepCoderSource:
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "DeepCoderSource":
         s = settings_from(cls, values, "lcb.deepcoder")
-        s.train = [s.train] if isinstance(s.train, str) else list(s.train)
+        s.train = [s.train] if isinstance(s.train, str) else s.train
+        if not isinstance(s.train, (list, tuple)) or not all(isinstance(name, str) for name in s.train):
+            raise ValueError(f"lcb.deepcoder: setting train is {s.train!r}; expected a config name or a list of them")
+        s.train = list(s.train)
         for name in [*s.train, s.test]:
             if name not in DEEPCODER_CONFIGS:
                 raise ValueError(f"lcb.deepcoder: {name!r} is not one of the dataset's configs "
