@@ -1,6 +1,7 @@
 """The layering docs/architecture.md describes, checked on the source: no import circle among the
-modules of vpo/ and vpo_tasks/, the engine's task-independent modules import no task and not the
-CPU trainer, and no module outgrows a read-through (400 lines)."""
+modules of vpo/ and vpo_tasks/, the engine's task-independent modules and the settings layer import no
+task and not the CPU trainer, no module outgrows a read-through (400 lines) and no function a screen
+and a half (80 lines)."""
 
 from __future__ import annotations
 
@@ -58,9 +59,20 @@ def test_no_import_circle():
 def test_engine_modules_import_no_task_and_not_the_cpu_trainer():
     known = modules()
     for name in ("vpo.task", "vpo.evaluate", "vpo.generate", "vpo.reward", "vpo.prompts", "vpo.advantage",
-                 "vpo.metrics", "vpo.data"):
+                 "vpo.metrics", "vpo.data", "vpo.settings", "vpo.config", "vpo.config_checks", "vpo.overrides"):
         bad = {m for m in imports(known[name], top_level_only=False) if m.startswith(("vpo_tasks", "vpo.local"))}
         assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_no_function_over_80_lines():
+    """A function reads top to bottom as named steps (the trainer's loop, veRL's command) when it fits
+    in about a screen and a half; nested functions count with the one that holds them."""
+    long = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not long, long
 
 
 def test_no_python_file_over_400_lines():

@@ -152,8 +152,9 @@ class PooledHTTPServer(HTTPServer):
     request_queue_size = 128
     daemon_threads = True
 
-    def __init__(self, address, handler, *, workers: int):
+    def __init__(self, address, handler, *, workers: int, app=None):
         super().__init__(address, handler)
+        self.app = app  # what the handler serves (LoopbackServer)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-server")
 
     def process_request(self, request, client_address):
@@ -170,6 +171,90 @@ class PooledHTTPServer(HTTPServer):
     def server_close(self):
         super().server_close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    """The chat-completions endpoint of `server.app` (a LoopbackServer): one connection's requests."""
+
+    def setup(self):
+        app = self.server.app
+        self.timeout = app.idle_timeout_s  # the socket's (writes): an idle or slow client is dropped
+        super().setup()
+        self.reader = DeadlineReader(self.connection, app.idle_timeout_s, app.request_timeout_s)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def _send(self, status: int, payload: dict, *, close: bool = False) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, kind: str, *, close: bool = False) -> None:
+        self._send(status, {"error": {"message": message, "type": kind}}, close=close)
+
+    def _authorised(self) -> bool:
+        if secrets.compare_digest(self.headers.get("Authorization", ""), f"Bearer {self.server.app.token}"):
+            return True
+        self._error(401, "missing or wrong bearer token (the job's API key)", "authentication_error")
+        return False
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self.reader.request_read()
+        if not self._authorised():
+            return
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._send(200, {"object": "list", "data": [{"id": self.server.app.model_name, "object": "model",
+                                                          "owned_by": "vpo"}]})
+        else:
+            self._error(404, f"no route {self.path}", "not_found")
+
+    def _body(self):
+        """The request's JSON body; RequestError (400), or None after answering 411 or 413."""
+        length = self.headers.get("Content-Length")
+        if length is None:
+            self._error(411, "a Content-Length header is required", "invalid_request_error", close=True)
+            return None
+        if not length.isdigit():
+            raise RequestError(f"Content-Length must be a non-negative integer, got {length!r}")
+        if int(length) > self.server.app.max_body_bytes:
+            self._error(413, f"the body has {length} bytes; at most {self.server.app.max_body_bytes} are accepted",
+                        "invalid_request_error", close=True)
+            return None
+        try:
+            data = self.rfile.read(int(length))
+        except TimeoutError as err:
+            self._error(408, str(err), "invalid_request_error", close=True)
+            return None
+        self.reader.request_read()
+        try:
+            return json.loads(data or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            raise RequestError(f"the body is not JSON this server reads: {type(err).__name__}") from None
+
+    def do_POST(self):  # noqa: N802
+        if not self._authorised():
+            self.close_connection = True
+            return
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(404, f"no route {self.path}", "not_found")
+            return
+        try:
+            body = self._body()
+            if body is not None:
+                self._send(200, self.server.app.complete(body))
+        except RequestError as err:
+            self._error(400, str(err), "invalid_request_error", close=True)
+        except Exception as err:  # a failed generation is the client's error to see, not a dead server
+            log.exception("chat completion failed")
+            self._error(500, str(err), "server_error")
+
+    def log_message(self, fmt, *args):  # requests go to the job log at debug level only
+        log.debug("%s %s", self.address_string(), fmt % args)
 
 
 class LoopbackServer:
@@ -215,94 +300,8 @@ class LoopbackServer:
                       "total_tokens": prompt_tokens + completion_tokens},
         }
 
-    def _handler(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            timeout = server.idle_timeout_s  # the socket's: an idle or slow client is dropped
-
-            def setup(self):
-                super().setup()
-                self.reader = DeadlineReader(self.connection, server.idle_timeout_s, server.request_timeout_s)
-                self.rfile = io.BufferedReader(self.reader)
-
-            def _send(self, status: int, payload: dict, *, close: bool = False) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if close:
-                    self.send_header("Connection", "close")
-                    self.close_connection = True
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _error(self, status: int, message: str, kind: str, *, close: bool = False) -> None:
-                self._send(status, {"error": {"message": message, "type": kind}}, close=close)
-
-            def _authorised(self) -> bool:
-                if secrets.compare_digest(self.headers.get("Authorization", ""), f"Bearer {server.token}"):
-                    return True
-                self._error(401, "missing or wrong bearer token (the job's API key)", "authentication_error")
-                return False
-
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                self.reader.request_read()
-                if not self._authorised():
-                    return
-                if self.path.rstrip("/") in ("/v1/models", "/models"):
-                    self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
-                                                                  "owned_by": "vpo"}]})
-                else:
-                    self._error(404, f"no route {self.path}", "not_found")
-
-            def _body(self):
-                """The request's JSON body; RequestError (400), or None after answering 411 or 413."""
-                length = self.headers.get("Content-Length")
-                if length is None:
-                    self._error(411, "a Content-Length header is required", "invalid_request_error", close=True)
-                    return None
-                if not length.isdigit():
-                    raise RequestError(f"Content-Length must be a non-negative integer, got {length!r}")
-                if int(length) > server.max_body_bytes:
-                    self._error(413, f"the body has {length} bytes; at most {server.max_body_bytes} are accepted",
-                                "invalid_request_error", close=True)
-                    return None
-                try:
-                    data = self.rfile.read(int(length))
-                except TimeoutError as err:
-                    self._error(408, str(err), "invalid_request_error", close=True)
-                    return None
-                self.reader.request_read()
-                try:
-                    return json.loads(data or b"{}")
-                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-                    raise RequestError(f"the body is not JSON this server reads: {type(err).__name__}") from None
-
-            def do_POST(self):  # noqa: N802
-                if not self._authorised():
-                    self.close_connection = True
-                    return
-                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-                    self._error(404, f"no route {self.path}", "not_found")
-                    return
-                try:
-                    body = self._body()
-                    if body is not None:
-                        self._send(200, server.complete(body))
-                except RequestError as err:
-                    self._error(400, str(err), "invalid_request_error", close=True)
-                except Exception as err:  # a failed generation is the client's error to see, not a dead server
-                    log.exception("chat completion failed")
-                    self._error(500, str(err), "server_error")
-
-            def log_message(self, fmt, *args):  # requests go to the job log at debug level only
-                log.debug("%s %s", self.address_string(), fmt % args)
-
-        return Handler
-
     def __enter__(self) -> "LoopbackServer":
-        self._httpd = PooledHTTPServer((HOST, 0), self._handler(), workers=self.workers)
+        self._httpd = PooledHTTPServer((HOST, 0), ChatHandler, workers=self.workers, app=self)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
         self._thread.start()
         log.info("model server for %s at %s", self.model_name, self.url)

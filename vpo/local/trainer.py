@@ -153,29 +153,26 @@ class Learner:
         }
 
 
-def train_local(spec: RunSpec) -> dict:
-    """Run (or resume) one cell; returns the train.json payload, written last."""
-    import torch
+@dataclass
+class Models:
+    """What a run trains from: the policy and its frozen reference, their tokenizer, the run's rows and
+    their prompts as token ids, and the rollouts' token limit."""
 
-    from vpo.config import file_digest
+    policy: object
+    reference: object
+    tokenizer: object
+    rows: list
+    prompt_ids: list
+    max_new_tokens: int
+
+
+def load_models(spec: RunSpec, method, m: int) -> Models:
+    """The base model (twice: policy and reference) and the prepared rows; ValueError when the base was
+    built for another prompt form, is no model the local forward computes, or the prompts do not fit."""
     from vpo.data import read_rows
-    from vpo.generate import SamplingSettings, load_pretrained, render_prompts
+    from vpo.generate import load_pretrained, render_prompts
     from vpo.llama_sampler import supports
-    from vpo.local.rl import optimizer_for
-    from vpo.methods import get_method
-    from vpo.task import resolve
 
-    cfg = spec.settings
-    method = get_method(spec.method)
-    task = resolve(spec.task)
-    m = spec.m if method.multi_answer else 1
-    out = Path(spec.out_dir)
-    ckpt_root = out / "checkpoints"
-    metrics_path = out / "metrics.jsonl"
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-
-    base = Path(spec.base_model)
     check_base_model(spec, method, m)
     rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
                         alpha=spec.method_settings.get("alpha"))
@@ -183,66 +180,99 @@ def train_local(spec: RunSpec) -> dict:
     reference, _ = load_pretrained(spec.base_model)
     reference.eval().requires_grad_(False)
     if not supports(policy):
-        raise ValueError(f"{base} is not a float32 Llama as `vpo base-model` builds it: the local trainer's "
-                         "forward (vpo/local/group_forward.py) computes only that network")
+        raise ValueError(f"{spec.base_model} is not a float32 Llama as `vpo base-model` builds it: the local "
+                         "trainer's forward (vpo/local/group_forward.py) computes only that network")
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
                   for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
-    max_new = cfg.max_new_tokens_for(method.prompt)
+    max_new = spec.settings.max_new_tokens_for(method.prompt)
     longest = max(len(p) for p in prompt_ids) + max_new
     if longest > policy.config.max_position_embeddings:
         raise ValueError(
             f"prompt ({longest - max_new} tokens) + max_new_tokens ({max_new}) exceeds the model's "
             f"{policy.config.max_position_embeddings} positions; raise local_trainer.max_positions and rebuild the base model"
         )
+    return Models(policy, reference, tokenizer, rows, prompt_ids, max_new)
 
-    optimizer = optimizer_for(policy, cfg)
-    np_rng = np.random.default_rng([spec.seed, 1])
-    torch.manual_seed(spec.seed)
-    start_step = 0
-    # what produced this run's checkpoints; a checkpoint made by anything else is never resumed
-    provenance = {
+
+def run_record(spec: RunSpec, m: int) -> dict:
+    """What produces this run's checkpoints; a checkpoint made by anything else is never resumed."""
+    from vpo.config import file_digest
+
+    base = Path(spec.base_model)
+    return {
         "config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
         "base_model": file_digest(base / "model.safetensors"),
         "base_build": file_digest(base / "base.json") if (base / "base.json").is_file() else None,
         "data": file_digest(Path(spec.data_dir) / "train.parquet"),
     }
-    latest, state = ckpt.resumable_checkpoint(ckpt_root, provenance)
-    if latest is not None:
-        policy, _ = load_pretrained(latest / "model")
-        optimizer = optimizer_for(policy, cfg)
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        np_rng.bit_generator.state = state["numpy_rng"]
-        start_step = int(state["step"])
-        log.warning("resuming %s from checkpoint step %d", out, start_step)
+
+
+def resume(ckpt_root: Path, record: dict, models: Models, optimizer, np_rng, cfg) -> tuple[object, int]:
+    """(optimizer, step) after the newest checkpoint this run made (models.policy replaced by its model,
+    the generators restored), or the optimizer given and step 0."""
+    import torch
+
+    from vpo.generate import load_pretrained
+    from vpo.local.rl import optimizer_for
+
+    latest, state = ckpt.resumable_checkpoint(ckpt_root, record)
+    if latest is None:
+        return optimizer, 0
+    models.policy, _ = load_pretrained(latest / "model")
+    optimizer = optimizer_for(models.policy, cfg)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    np_rng.bit_generator.state = state["numpy_rng"]
+    log.warning("resuming %s from checkpoint step %d", ckpt_root.parent, int(state["step"]))
+    return optimizer, int(state["step"])
+
+
+def train_local(spec: RunSpec) -> dict:
+    """Run (or resume) one cell; returns the train.json payload, written last."""
+    import torch
+
+    from vpo import tracking
+    from vpo.generate import SamplingSettings
+    from vpo.local.model import save_pretrained_atomic
+    from vpo.local.rl import optimizer_for
+    from vpo.methods import get_method
+    from vpo.task import resolve
+
+    cfg, method, task = spec.settings, get_method(spec.method), resolve(spec.task)
+    m = spec.m if method.multi_answer else 1
+    out = Path(spec.out_dir)
+    ckpt_root, metrics_path = out / "checkpoints", out / "metrics.jsonl"
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    models = load_models(spec, method, m)
+    optimizer = optimizer_for(models.policy, cfg)
+    np_rng = np.random.default_rng([spec.seed, 1])
+    torch.manual_seed(spec.seed)
+    record = run_record(spec, m)
+    optimizer, start_step = resume(ckpt_root, record, models, optimizer, np_rng, cfg)
     out.mkdir(parents=True, exist_ok=True)
     ckpt.truncate_metrics(metrics_path, start_step)
-    policy.train()
-    from vpo import tracking
-
+    models.policy.train()
     tracker = tracking.start_run(spec.wandb, task=spec.task, method=spec.method, seed=spec.seed, out_dir=out,
-                        config={"method_settings": spec.method_settings, "m": m, "preset": spec.preset,
-                                "config_hash": spec.config_hash, **cfg.to_dict()})
-
-    sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new, seed=None)
-    learner = Learner(policy, reference, optimizer, tokenizer, rows, prompt_ids, method, task, cfg,
-                      spec.method_settings, sampling, np_rng)
+                                 config={"method_settings": spec.method_settings, "m": m, "preset": spec.preset,
+                                         "config_hash": spec.config_hash, **cfg.to_dict()})
+    sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=models.max_new_tokens,
+                                seed=None)
+    learner = Learner(models.policy, models.reference, optimizer, models.tokenizer, models.rows, models.prompt_ids,
+                      method, task, cfg, spec.method_settings, sampling, np_rng)
     t_run = time.time()
     progress = Progress(cfg.steps, "step", start_done=start_step)
     for step in range(start_step + 1, cfg.steps + 1):
-        record = learner.step(step, spec.seed)
-        record["wall_time_s"] = round(time.time() - t_run, 4)
+        metrics = learner.step(step, spec.seed)
+        metrics["wall_time_s"] = round(time.time() - t_run, 4)
         with open(metrics_path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        tracking.log_step(tracker, record, step)
-        progress.update(step, f"score {record['score_mean']:.3f} diversity {record['pool_diversity']:.3f} "
-                              f"{record['step_s']:.2f} s/step")
+            fh.write(json.dumps(metrics) + "\n")
+        tracking.log_step(tracker, metrics, step)
+        progress.update(step, f"score {metrics['score_mean']:.3f} diversity {metrics['pool_diversity']:.3f} "
+                              f"{metrics['step_s']:.2f} s/step")
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            ckpt.save_checkpoint(ckpt_root, step, policy, tokenizer, optimizer, np_rng, record=provenance,
+            ckpt.save_checkpoint(ckpt_root, step, models.policy, models.tokenizer, optimizer, np_rng, record=record,
                                  keep=cfg.keep_checkpoints)
-
-    from vpo.local.model import save_pretrained_atomic
-
-    save_pretrained_atomic(policy, tokenizer, ckpt_root / "final")
+    save_pretrained_atomic(models.policy, models.tokenizer, ckpt_root / "final")
     tracking.finish(tracker)
     return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}

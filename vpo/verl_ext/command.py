@@ -126,32 +126,50 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
 
     model: a local model directory that replaces the task's `model` (the CPU device trains the
     tiny base model of the method's prompt form)."""
-    from vpo.config import answers_per_rollout, method_settings, task_settings, verl_settings
-    from vpo.methods import get_method
+    from vpo.config import task_settings, verl_settings
     from vpo.verl_ext.estimators import estimator_for_method
 
-    spec = get_method(method)
-    settings = verl_settings(cfg)
-    tset = task_settings(cfg, task)
+    settings, tset = verl_settings(cfg), task_settings(cfg, task)
     out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
     gpus = int(settings.gpus or tset["gpus"] or 1)
     model = str(model or tset["model"])
-    cpu = settings.device == "cpu"
     if model.startswith(("~", ".", "/")) or Path(model).expanduser().exists():  # a local directory
         model = str(Path(model).expanduser().resolve())
     preset_name, batch = choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
-    m = answers_per_rollout(cfg, task, method) if spec.multi_answer else 1
-    prompt_len = int(tset["max_prompt_length"][spec.length_kind])
-    response_len = int(tset["max_response_length"][spec.length_kind])
-    name = run_name(task, method, seed)
     train_file, test_file = data_dir / "train.parquet", data_dir / "test.parquet"
+    overrides = (run_overrides(cfg, task, method, seed, model, batch, estimator, (train_file, test_file))
+                 + trainer_overrides(settings, tset, task, method, seed, gpus, out_dir))
+    env = job_env(cfg, task, method, seed, out_dir)
+    for key in ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
+                "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
+        # quoted: Ray accepts only strings, and Hydra would turn `false` or `1e5` into a bool or float
+        overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
+    if settings.device == "cpu":
+        overrides += cpu_overrides(gpus)
+        env.update(CPU_ENV)
+        for key, value in CPU_ENV.items():
+            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
+    overrides += list(settings.overrides)
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
+            f"--config-name={CONFIG_NAME}", *overrides]
+    return CellCommand(argv=argv, env=env, overrides=overrides, estimator=estimator, batch_preset=preset_name,
+                       batch=batch, gpus=gpus, model=model, out_dir=out_dir, data_files=(train_file, test_file))
 
+
+def run_overrides(cfg: Mapping[str, Any], task: str, method: str, seed: int, model: str, batch, estimator: str,
+                  files: tuple[Path, Path]) -> list[str]:
+    """The cell's data, model, batch and estimator overrides, then the method's estimator settings."""
+    from vpo.config import answers_per_rollout, method_settings, task_settings
+    from vpo.methods import get_method
+
+    spec, tset = get_method(method), task_settings(cfg, task)
+    m = answers_per_rollout(cfg, task, method) if spec.multi_answer else 1
     overrides = [
-        f"data.train_files={train_file}",
-        f"data.val_files={test_file}",
-        f"data.max_prompt_length={prompt_len}",
-        f"data.max_response_length={response_len}",
+        f"data.train_files={files[0]}",
+        f"data.val_files={files[1]}",
+        f"data.max_prompt_length={int(tset['max_prompt_length'][spec.length_kind])}",
+        f"data.max_response_length={int(tset['max_response_length'][spec.length_kind])}",
         f"data.train_batch_size={batch.train_batch_size}",
         f"data.seed={seed}",
         # a variant runs as its method (veRL's workers read no config); its name stays in the run's paths
@@ -169,14 +187,19 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         f"algorithm.vpo.method={spec.base or method}",
         f"algorithm.vpo.seed={seed}",
     ]
-    for key, value in sorted(method_settings(cfg, method).items()):
-        overrides.append(f"++algorithm.vpo.settings.{key}={_override_value(value)}")
-    overrides += [
+    return overrides + [f"++algorithm.vpo.settings.{key}={_override_value(value)}"
+                        for key, value in sorted(method_settings(cfg, method).items())]
+
+
+def trainer_overrides(settings, tset: Mapping[str, Any], task: str, method: str, seed: int, gpus: int,
+                      out_dir: Path) -> list[str]:
+    """veRL's trainer block of the cell: GPUs, epochs, names, checkpoints, logging, resume."""
+    return [
         f"trainer.n_gpus_per_node={gpus}",
         "trainer.nnodes=1",
         f"trainer.total_epochs={int(tset['epochs'])}",
         f"trainer.project_name={tracking.project(task)}",
-        f"trainer.experiment_name={name}",
+        f"trainer.experiment_name={run_name(task, method, seed)}",
         f"trainer.default_local_dir={out_dir / 'checkpoints'}",
         f"trainer.logger={_override_value(list(settings.logger))}",
         f"trainer.save_freq={settings.save_freq}",
@@ -185,6 +208,9 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         f"trainer.v1.trainer_mode={TRAINER_MODE}",
     ]
 
+
+def job_env(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir: Path) -> dict[str, str]:
+    """The environment of the cell's veRL process (its Ray actors get the same through runtime_env)."""
     digest = hashlib.md5(f"{out_dir}".encode()).hexdigest()[:10]
     wandb = cfg.get("wandb") or {}
     env = {
@@ -192,7 +218,7 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
         "VERL_FILE_LOGGER_PATH": str(out_dir / "logs" / f"verl_metrics.{time.strftime('%Y%m%dT%H%M%S')}.jsonl"),
         # per-job scratch: short path (Ray's socket names must stay under ~107 characters)
-        "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{os.getuid()}-{digest}"),  # made 0700 below
+        "RAY_TMPDIR": str(Path(tempfile.gettempdir()) / f"vpo-ray-{os.getuid()}-{digest}"),  # made 0700 by the launcher
         "MASTER_PORT": str(_free_port()),
         "HF_DATASETS_CACHE": str(out_dir / ".cache" / "datasets"),
         "TOKENIZERS_PARALLELISM": "false",
@@ -203,18 +229,4 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     }
     if wandb.get("entity"):
         env["WANDB_ENTITY"] = str(wandb["entity"])
-    for key in ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
-                "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
-        # quoted: Ray accepts only strings, and Hydra would turn `false` or `1e5` into a bool or float
-        overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
-    if cpu:
-        overrides += cpu_overrides(gpus)
-        env.update(CPU_ENV)
-        for key, value in CPU_ENV.items():
-            overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
-    overrides += list(settings.overrides)
-
-    argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
-            f"--config-name={CONFIG_NAME}", *overrides]
-    return CellCommand(argv=argv, env=env, overrides=overrides, estimator=estimator, batch_preset=preset_name,
-                       batch=batch, gpus=gpus, model=model, out_dir=out_dir, data_files=(train_file, test_file))
+    return env
