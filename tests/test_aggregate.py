@@ -4,7 +4,6 @@ training seeds; expectations computed by hand (see the comments)."""
 import json
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 

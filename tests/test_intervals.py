@@ -97,16 +97,28 @@ def test_mean_interval_matches_the_two_stage_variance_on_many_problems():
     assert low < point < high
 
 
-def test_probability_of_improvement_by_hand_and_against_rliable():
-    from rliable.metrics import probability_of_improvement
+def test_iqm_is_scipys_trimmed_mean_for_matrices_and_replicates():
+    rng = np.random.default_rng(5)
+    scores = rng.random((3, 17))  # 51 scores: scipy cuts int(0.25 * 51) = 12 at each end
+    from scipy.stats import trim_mean
+
+    assert iv.iqm(scores) == pytest.approx(trim_mean(scores.ravel(), 0.25))
+    replicates = rng.random((4, 3, 17))
+    assert iv.iqm(replicates) == pytest.approx([trim_mean(r.ravel(), 0.25) for r in replicates])
+    assert iv.mean(replicates) == pytest.approx(replicates.mean(axis=(1, 2)))
+
+
+def test_probability_of_improvement_by_hand_and_against_the_mann_whitney_u():
+    from scipy.stats import mannwhitneyu
 
     # one problem: x seeds (1, 0), y seeds (0, 0): x wins 2 of 4 pairs, ties 2 (half each) -> 0.75
     assert iv.probability_of_improvement(np.array([[1.0], [0.0]]), np.array([[0.0], [0.0]])) == pytest.approx(0.75)
     rng = np.random.default_rng(3)
     x, y = rng.integers(0, 3, size=(3, 20)).astype(float), rng.integers(0, 3, size=(3, 20)).astype(float)
-    assert iv.probability_of_improvement(x, y) == pytest.approx(probability_of_improvement(x, y))
+    u = np.mean([mannwhitneyu(x[:, j], y[:, j]).statistic / (3 * 3) for j in range(20)])  # U of x, ties half
+    assert iv.probability_of_improvement(x, y) == pytest.approx(u)
     p, low, high = iv.improvement_interval(x, y, reps=500, seed=0)
-    assert p == pytest.approx(probability_of_improvement(x, y)) and low <= p <= high
+    assert p == pytest.approx(u) and low <= p <= high
     assert iv.improvement_interval(x, x, reps=200, seed=0)[0] == pytest.approx(0.5)
 
 

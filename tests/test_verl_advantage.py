@@ -173,7 +173,6 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     from transfer_queue.metadata import KVBatchMeta
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    import vpo.verl_ext.estimators as ext
     from vpo.verl_ext.trainer import VPOTrainerSync
 
     tq = transfer_queue

@@ -134,10 +134,17 @@ def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[s
     return frame.assign(parsed=frame["answer"].str.len() > 0)
 
 
+def eval_weights(k: int, eval_seed: int) -> np.ndarray:
+    """(N_EVAL_WEIGHTS, k) Dirichlet(1) weights of E_w[best-of-m] for problems with k objectives: drawn
+    from the evaluation seed alone, so the pool metrics and the per-problem aggregate use the same."""
+    from vpo.weights import sample_weights
+
+    return sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))
+
+
 def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
     """Pool metrics of a candidate frame (see module docstring); every problem holds `budget` candidates."""
     from vpo.metrics import best_at_k_curve, best_at_k_permutation_curve, diversity, expected_best_of_m, pass_at_k_curve
-    from vpo.weights import sample_weights
 
     names = task.objective_names
     rng = np.random.default_rng([eval_seed, 2])
@@ -154,7 +161,7 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
         k = int(pool["k"].max())  # the problem's own k, on each of its rows (candidate_frame)
         own = names[:k]
         if k not in weights:
-            weights[k] = sample_weights(k, N_EVAL_WEIGHTS, rng=np.random.default_rng(eval_seed))  # Dir(1), i.i.d.
+            weights[k] = eval_weights(k, eval_seed)
         divs.append(diversity(pool[own].to_numpy()))
         ebm.extend(expected_best_of_m(chain[own].to_numpy(), weights[k]) for _, chain in pool.groupby("chain"))
     chains = frame.groupby(["problem", "chain"])["parsed"].any()

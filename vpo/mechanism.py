@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # pandas is imported where a table is made (a job that plots nothing never loads it)
+    import pandas as pd
 
 # Arm reward vectors (objective 1, objective 2). Pareto front: arms 0, 1 and 2; arm 2 is the
 # unique best under the mean scalar (0.6 against 0.5), so scalar RL has one target.
@@ -115,7 +119,7 @@ def corner_group(k: int, covered: int, group: int = 8) -> list[np.ndarray]:
     return [eye[:covered]] + [eye[[j % k]] for j in range(1, group)]
 
 
-def advantage_sweeps(seed: int = 0, repeats: int = 200) -> "pd.DataFrame":
+def advantage_sweeps(seed: int = 0, repeats: int = 200) -> pd.DataFrame:
     """Long table sweep, k, covered, alpha, sampler, n_weights, raw_mean (rollout 0's E_w[best of its
     answers]), advantage_mean, advantage_std: over `repeats` independent weight draws."""
     import pandas as pd

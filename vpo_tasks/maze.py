@@ -19,7 +19,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 
 from vpo.atomic import write_parquet_atomic
 from vpo.task import Task, as_random, settings_from

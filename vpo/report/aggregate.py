@@ -146,9 +146,8 @@ def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[
     at each k of `ks` (capped at the pool size) and the POOL_QUALITY metrics (k NaN; the hypervolume
     against the point hv_reference in every objective). Expected utility uses the evaluation's own
     weights (100 Dirichlet(1) draws from the eval seed, as E_w[best-of-m])."""
-    from vpo.evaluate import N_EVAL_WEIGHTS
+    from vpo.evaluate import eval_weights
     from vpo.metrics import best_at_k, diversity, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
-    from vpo.weights import sample_weights
 
     rows, weights = [], {}
     for problem, pool in frame.groupby("problem", sort=True):
@@ -157,8 +156,7 @@ def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[
             rows += [(problem, "best_at_k", k, best_at_k(scalars, k)), (problem, "pass_at_k", k, pass_at_k(n, correct, k))]
         dims = int(pool["k"].iloc[0])  # the problem's own number of objectives
         if dims not in weights:
-            weights[dims] = sample_weights(dims, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive",
-                                           rng=np.random.default_rng(eval_seed))
+            weights[dims] = eval_weights(dims, eval_seed)
         vectors = pool[objective_names[:dims]].to_numpy(float)
         rows += [(problem, "hypervolume", np.nan, hypervolume(vectors, hv_reference)),
                  (problem, "expected_utility", np.nan, expected_best_of_m(vectors, weights[dims])),

@@ -18,9 +18,14 @@ matrix (training seeds, problems) and
     improvement.csv  task, method (the reference), other, metric, k, probability, low, high
     profiles.csv     task, method, metric, k, tau, fraction, low, high
 
-The point estimates are rliable's (`rliable.metrics`). The resampling is done here, with numpy, as
-rliable's StratifiedBootstrap defines it: rliable's own (`rliable.library`) is built on `arch`, whose
-7.x releases do not import under pandas 3 and whose 8.x releases reject the keyword rliable passes.
+Each estimator is written once and computes the point estimate and the bootstrap replicates alike
+(a (seeds, problems) matrix or (reps, seeds, problems) replicates): the mean; the IQM, scipy's
+`trim_mean` cutting a quarter at each end, which is what rliable's `aggregate_iqm` calls; the probability
+of improvement, the Mann-Whitney U statistic over n_X n_Y per problem (tests/test_intervals.py checks it
+against scipy's `mannwhitneyu`). The rliable package is not used: its bootstrap (`rliable.library`) is
+built on `arch`, whose 7.x releases do not import under pandas 3 and whose 8.x releases reject the
+keyword rliable passes, so the resampling is written here as its StratifiedBootstrap defines it, and a
+point estimate from rliable beside replicates from this file would be two implementations of one number.
 Each estimate draws from its own generator seeded by --seed, so a rerun gives the same intervals.
 """
 
@@ -40,36 +45,29 @@ CONFIDENCE = 0.95  # the intervals' coverage
 PROFILE_POINTS = 51  # thresholds tau of a performance profile, evenly over the task's score range
 
 
-def iqm(scores: np.ndarray) -> float:
-    """Interquartile mean of every entry of a (seeds, problems) matrix: rliable's aggregate_iqm."""
-    from rliable.metrics import aggregate_iqm
-
-    return float(aggregate_iqm(np.asarray(scores, dtype=float)))
-
-
-def mean(scores: np.ndarray) -> float:
-    """Mean of every entry of a (seeds, problems) matrix: rliable's aggregate_mean."""
-    from rliable.metrics import aggregate_mean
-
-    return float(aggregate_mean(np.asarray(scores, dtype=float)))
+def mean(scores: np.ndarray) -> np.ndarray | float:
+    """Mean of every seed x problem score: a (seeds, problems) matrix -> float, replicates
+    (reps, seeds, problems) -> (reps,)."""
+    result = np.asarray(scores, dtype=float).mean(axis=(-2, -1))
+    return float(result) if result.ndim == 0 else result
 
 
-def _trimmed_rows(samples: np.ndarray) -> np.ndarray:
-    """IQM of each replicate: samples (reps, seeds, problems) -> (reps,)."""
+def iqm(scores: np.ndarray) -> np.ndarray | float:
+    """Interquartile mean of every seed x problem score (the mean of the middle 50%: scipy's trim_mean
+    cutting a quarter at each end): a (seeds, problems) matrix -> float, replicates -> (reps,)."""
     from scipy.stats import trim_mean
 
-    return trim_mean(samples.reshape(len(samples), -1), proportiontocut=0.25, axis=1)
+    scores = np.asarray(scores, dtype=float)
+    result = trim_mean(scores.reshape(*scores.shape[:-2], -1), proportiontocut=0.25, axis=-1)
+    return float(result) if np.ndim(result) == 0 else result
 
 
-ESTIMATORS = {  # name -> (point estimate of a (seeds, problems) matrix, the same over replicates (reps, ...))
-    "mean": (mean, lambda samples: samples.mean(axis=(1, 2))),
-    "iqm": (iqm, _trimmed_rows),
-}
+ESTIMATORS = {"mean": mean, "iqm": iqm}  # name -> estimator of a matrix or of its replicates
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
     """Mean over problems of P(X > Y) + P(X = Y) / 2 between one seed of each method (the Mann-Whitney
-    U statistic over n_X n_Y, as rliable's probability_of_improvement), vectorised.
+    U statistic over n_X n_Y), vectorised.
 
     x: (seeds_x, problems), y: (seeds_y, problems) -> float; or replicates (reps, seeds, problems) -> (reps,).
     """
@@ -103,22 +101,20 @@ def percentile_interval(replicates: np.ndarray) -> tuple[float, float]:
 def interval(scores: np.ndarray, estimator: str, *, reps: int, seed: int) -> tuple[float, float, float]:
     """(point, low, high) of an estimator over a (seeds, problems) matrix: seeds resampled within
     problems and problems resampled, percentile interval of coverage CONFIDENCE."""
-    point, over_replicates = ESTIMATORS[estimator]
+    estimate = ESTIMATORS[estimator]
     rng = np.random.default_rng(seed)
-    low, high = percentile_interval(over_replicates(stratified_resamples(scores, reps, rng, problems=True)))
-    return point(scores), float(low), float(high)
+    low, high = percentile_interval(estimate(stratified_resamples(scores, reps, rng, problems=True)))
+    return estimate(scores), float(low), float(high)
 
 
 def improvement_interval(x: np.ndarray, y: np.ndarray, *, reps: int, seed: int) -> tuple[float, float, float]:
     """(P(X > Y), low, high): each method's seeds resampled within each problem, independently
-    (rliable's StratifiedIndependentBootstrap); the point estimate is rliable's own."""
-    from rliable.metrics import probability_of_improvement as rliable_improvement
-
+    (rliable's StratifiedIndependentBootstrap)."""
     rng = np.random.default_rng(seed)
     replicates = probability_of_improvement(stratified_resamples(x, reps, rng, problems=False),
                                             stratified_resamples(y, reps, rng, problems=False))
     low, high = percentile_interval(replicates)
-    return float(rliable_improvement(x, y)), float(low), float(high)
+    return probability_of_improvement(x, y), float(low), float(high)
 
 
 def profile(scores: np.ndarray, taus: np.ndarray, *, reps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
