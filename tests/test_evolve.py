@@ -39,7 +39,7 @@ def test_hardest_are_the_problems_every_pool_fails_in_index_order():
         ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0], 3: [0, 0]},
         ("vpo", 1): {0: [0, 0], 1: [0, 0], 2: [0, 0], 3: [0, 0]},
     })
-    from vpo.evolve import select_hardest
+    from vpo.evolve_select import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=2)
     assert [p["problem"] for p in chosen["problems"]] == [0, 3]
@@ -53,7 +53,7 @@ def test_hardest_are_chosen_from_the_select_methods_pools_only():
         ("max_at_k", 0): {0: [1, 1], 1: [0, 0], 2: [0, 0]},
         ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0]},
     })
-    from vpo.evolve import select_hardest
+    from vpo.evolve_select import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=2, methods=["vpo", "grpo"])
     assert [p["problem"] for p in chosen["problems"]] == [0, 1]  # problem 0 counts although Max@k solves it
@@ -69,7 +69,7 @@ def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
         ("grpo", 0): {0: [0, 0, 0], 1: [0.5, 0, 0.25], 2: [1, 0, 0]},
         ("vpo", 0): {0: [0, 0, 0], 1: [1, 0.5, 0], 2: [0, 0, 0]},
     })
-    from vpo.evolve import select_hardest
+    from vpo.evolve_select import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=1)
     assert [(p["problem"], round(p["best_at"], 4)) for p in chosen["problems"]] == [(0, 0.0), (2, 0.3333)]
