@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 RECORDS = ("reproducibility.md", "evaluation.md")
 PAPER_REPRO_COMMIT, PAPER_REPRO_LINES = "218995d", 355
@@ -45,3 +47,47 @@ def test_every_line_citation_of_an_authors_file_names_its_commit():
 def test_the_line_parser_reads_ranges_and_lists():
     assert cited_lines("PAPER_REPRO.md@218995d:53-54, 338-339 and PAPER_REPRO.md@218995d:80, 266 |") == \
         [53, 54, 338, 339, 80, 80, 266, 266]
+
+
+# ---- the record as data: docs/reproducibility.yaml, shown by docs/reproducibility.md ----------------
+def test_the_documents_tables_are_the_yamls():
+    from vpo import record
+
+    assert record.main(["--check"]) == 0
+    assert len(record.settings_rows()) > 70 and len(record.read_record()["conflicts"]) > 10
+
+
+def test_a_row_changed_in_the_yaml_fails_the_check_until_the_document_is_written(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import yaml
+
+    from vpo import record
+
+    data, document = tmp_path / "reproducibility.yaml", tmp_path / "reproducibility.md"
+    shutil.copy(record.DATA, data)
+    shutil.copy(record.DOCUMENT, document)
+    monkeypatch.setattr(record, "DATA", data)
+    monkeypatch.setattr(record, "DOCUMENT", document)
+    rows = yaml.safe_load(data.read_text())
+    rows["settings"][0]["ours"] = "2e-6"
+    data.write_text(yaml.safe_dump(rows, sort_keys=False))
+    assert record.main(["--check"]) == 1 and "python -m vpo.record" in capsys.readouterr().err
+    assert record.main([]) == 0 and record.main(["--check"]) == 0
+    assert "| learning rate, constant, no warmup | all | 1e-6 | PAPER_REPRO.md@218995d:64 | 2e-6 |" in document.read_text()
+
+
+@pytest.mark.parametrize("row, words", [
+    ({"setting": "x"}, "must have exactly the fields"),
+    ({"setting": "a | b", "scope": "all", "authors": "1", "source": "s", "ours": "1", "key": "-", "differs": ""},
+     "would split its table row"),
+])
+def test_a_row_that_cannot_be_a_table_row_is_refused(tmp_path, row, words):
+    import yaml
+
+    from vpo import record
+
+    path = tmp_path / "record.yaml"
+    path.write_text(yaml.safe_dump({"settings": [row], "conflicts": []}))
+    with pytest.raises(ValueError, match=words):
+        record.read_record(path)

@@ -1,4 +1,4 @@
-"""docs/reproducibility.md's settings table against what runs: every row with a key is checked
+"""The record's settings (docs/reproducibility.yaml) against what runs: every row with a key is checked
 against the veRL command the launcher composes (`verl:`), the resolved task, evaluation or method
 settings (`task:`, `eval:`, `method:`) of a paper cell of each task and method family in its scope."""
 

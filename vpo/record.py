@@ -1,48 +1,84 @@
-"""docs/reproducibility.md, read: the paper preset's settings beside the authors', and where they differ.
+"""The reproducibility record: the paper preset's settings beside the authors', and where they differ.
 
-`settings_rows` parses the record's first table (tests/test_reproducibility.py checks every keyed row
-against what runs); `deviations` lists the rows marked as differing, for the HTML report's front page.
-Only the standard library is needed here.
+The rows live in `docs/reproducibility.yaml` (`settings`, `conflicts`); `docs/reproducibility.md` shows
+them as tables written by `python -m vpo.record` between its `<!-- table ... -->` markers (with
+`--check`: exit 1 when the document's tables are not the YAML's). `settings_rows` is what
+tests/test_reproducibility.py checks against the composed veRL command; `deviations` lists the rows
+marked as differing, for the HTML report's front page.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
 from pathlib import Path
 
-RECORD = Path(__file__).resolve().parents[1] / "docs" / "reproducibility.md"
-COLUMNS = ["setting", "scope", "authors", "source", "ours", "key", "differs"]
-TABLE_HEADING = "## Settings that shape a result"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+DATA = DOCS / "reproducibility.yaml"
+DOCUMENT = DOCS / "reproducibility.md"
+# each table: its YAML list, then (YAML field, the document's column heading) in order
+TABLES = {
+    "settings": [("setting", "setting"), ("scope", "scope"), ("authors", "authors"), ("source", "source"),
+                 ("ours", "ours"), ("key", "key"), ("differs", "differs")],
+    "conflicts": [("what", "what"), ("one", "one source says"), ("another", "another says"),
+                  ("follow", "we follow")],
+}
 
 
-def settings_rows(path: Path = RECORD) -> list[dict[str, str]]:
-    """The record's settings table, one {column: text} per row; a changed header is an error."""
-    text = Path(path).read_text(encoding="utf-8")
-    if TABLE_HEADING not in text:
-        raise ValueError(f"{path}: no section {TABLE_HEADING!r}")
-    table = text.split(TABLE_HEADING, 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    if header != COLUMNS:
-        raise ValueError(f"{path}: the settings table's columns are {header}, expected {COLUMNS}")
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
-    bad = [row[0] for row in rows if len(row) != len(COLUMNS)]
-    if bad:
-        raise ValueError(f"{path}: rows without {len(COLUMNS)} cells: {bad}")
-    return [dict(zip(COLUMNS, row)) for row in rows]
+def read_record(path: Path | None = None) -> dict[str, list[dict[str, str]]]:
+    """The record's tables (default: DATA), each a list of {field: text}; a row without every field, or
+    with another, is an error naming it."""
+    import yaml
+
+    path = Path(path or DATA)
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    for table, columns in TABLES.items():
+        fields = [name for name, _ in columns]
+        for i, row in enumerate(data.get(table) or []):
+            if not isinstance(row, dict) or sorted(row) != sorted(fields):
+                raise ValueError(f"{path}: {table}[{i}] must have exactly the fields {fields}, got {row!r}")
+            if any("|" in str(value) or "\n" in str(value) for value in row.values()):
+                raise ValueError(f"{path}: {table}[{i}] holds a '|' or a line break, which would split its table row")
+    return {table: [{k: str(v) for k, v in row.items()} for row in data.get(table) or []] for table in TABLES}
 
 
-def deviations(path: Path = RECORD) -> list[str]:
+def settings_rows(path: Path | None = None) -> list[dict[str, str]]:
+    """The settings table, one {field: text} per row (the fields of TABLES['settings'])."""
+    return read_record(path)["settings"]
+
+
+def deviations(path: Path | None = None) -> list[str]:
     """One line per setting the paper preset runs differently from the authors: what, ours, why."""
     return [f"{row['setting']}: ours {row['ours']}, the authors' {row['authors']} ({row['differs']})"
             for row in settings_rows(path) if row["differs"]]
+
+
+def markdown_table(table: str, rows: list[dict[str, str]]) -> str:
+    """A table of the record as Markdown lines (an empty cell as `| |`)."""
+    columns = TABLES[table]
+    lines = ["| " + " | ".join(heading for _, heading in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["|" + "|".join(f" {row[name]} " if row[name] else " " for name, _ in columns) + "|" for row in rows]
+    return "\n".join(lines)
+
+
+def with_tables(document: str, record: dict[str, list[dict[str, str]]]) -> str:
+    """The document with each table between its markers written from the record."""
+    for table in TABLES:
+        start, end = f"<!-- table {table}: docs/reproducibility.yaml, written by `python -m vpo.record` -->", \
+            f"<!-- end of table {table} -->"
+        pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(document):
+            raise ValueError(f"docs/reproducibility.md has no markers {start!r} ... {end!r}")
+        body = markdown_table(table, record[table])
+        document = pattern.sub(lambda _: f"{start}\n{body}\n{end}", document)
+    return document
 
 
 def as_rst(text: str) -> str:
     """A line of the record's Markdown as reStructuredText for the HTML report's front page
     (workflow/report/workflow.rst inserts it as is): `code` becomes ``code``, and *, _, | and
     backslashes elsewhere are escaped (`vpo_tasks/*.py` once opened an emphasis that never closed)."""
-    import re
-
     parts = text.split("`")
     out = []
     for i, part in enumerate(parts):
@@ -51,3 +87,24 @@ def as_rst(text: str) -> str:
         else:
             out.append(re.sub(r"([\\*_|`])", r"\\\1", part))
     return "".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="write docs/reproducibility.md's tables from docs/reproducibility.yaml")
+    parser.add_argument("--check", action="store_true", help="only check: exit 1 when the document differs")
+    args = parser.parse_args(argv)
+    current = DOCUMENT.read_text(encoding="utf-8")
+    wanted = with_tables(current, read_record())
+    if args.check:
+        if wanted != current:
+            print(f"{DOCUMENT} is not what {DATA} gives: run `python -m vpo.record`", file=sys.stderr)
+            return 1
+        return 0
+    if wanted != current:
+        DOCUMENT.write_text(wanted, encoding="utf-8")
+        print(f"wrote the tables of {DOCUMENT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
