@@ -29,7 +29,8 @@ def _tmp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}@{HOST}")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this machine has this pid (one of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -50,7 +51,7 @@ def remove_stale_tmp(path: str | os.PathLike) -> list[Path]:
     for sibling in path.parent.iterdir():
         match = pattern.match(sibling.name)
         if (match and (match.group(2) or HOST) == HOST and int(match.group(1)) != os.getpid()
-                and not _pid_alive(int(match.group(1)))):
+                and not pid_alive(int(match.group(1)))):
             if sibling.is_dir() and not sibling.is_symlink():
                 shutil.rmtree(sibling, ignore_errors=True)
             else:

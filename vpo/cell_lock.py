@@ -19,23 +19,13 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from vpo.atomic import HOST
+from vpo.atomic import HOST, pid_alive
 
 CELL_LOCK = ".cell.lock"
 
 
 class CellBusy(RuntimeError):
     """Another live process holds a lock this job needs."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def holders(lock: Path) -> list[str]:
@@ -50,9 +40,9 @@ def holders(lock: Path) -> list[str]:
         what = note.read_text(errors="replace").strip() or "unknown job"
         if host and host != HOST:
             found.append(f"pid {pid} on {host} ({what})")
-        elif _alive(int(pid)) and int(pid) != os.getpid():
+        elif pid_alive(int(pid)) and int(pid) != os.getpid():
             found.append(f"pid {pid} ({what})")
-        elif not _alive(int(pid)):
+        elif not pid_alive(int(pid)):
             note.unlink(missing_ok=True)
     return found
 
