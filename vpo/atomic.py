@@ -29,15 +29,19 @@ def _tmp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}@{HOST}")
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process of this machine has this pid (one of another user counts as alive)."""
+def known_dead(pid: int, host: str) -> bool:
+    """Whether the writer `<pid>@<host>` of a temporary, lock note or log name is known to have died: a
+    pid of this host, not this process, with no process. A pid of another host (a cluster's shared
+    filesystem) is never judged by this machine's process table."""
+    if host != HOST or pid == os.getpid():
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
         return True
-    return True
+    except PermissionError:  # alive, owned by someone else
+        return False
+    return False
 
 
 def remove_stale_tmp(path: str | os.PathLike) -> list[Path]:
@@ -50,8 +54,7 @@ def remove_stale_tmp(path: str | os.PathLike) -> list[Path]:
     removed = []
     for sibling in path.parent.iterdir():
         match = pattern.match(sibling.name)
-        if (match and (match.group(2) or HOST) == HOST and int(match.group(1)) != os.getpid()
-                and not pid_alive(int(match.group(1)))):
+        if match and known_dead(int(match.group(1)), match.group(2) or HOST):
             if sibling.is_dir() and not sibling.is_symlink():
                 shutil.rmtree(sibling, ignore_errors=True)
             else:

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from vpo.atomic import HOST, pid_alive
+from vpo.atomic import HOST, known_dead
 
 CELL_LOCK = ".cell.lock"
 
@@ -40,10 +40,10 @@ def holders(lock: Path) -> list[str]:
         what = note.read_text(errors="replace").strip() or "unknown job"
         if host and host != HOST:
             found.append(f"pid {pid} on {host} ({what})")
-        elif pid_alive(int(pid)) and int(pid) != os.getpid():
-            found.append(f"pid {pid} ({what})")
-        elif not pid_alive(int(pid)):
+        elif known_dead(int(pid), HOST):
             note.unlink(missing_ok=True)
+        elif int(pid) != os.getpid():
+            found.append(f"pid {pid} ({what})")
     return found
 
 

@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from vpo.atomic import HOST, pid_alive
+from vpo.atomic import HOST, known_dead
 
 
-def _own(path: Path, pid: int | None = None) -> Path:
-    return path.with_name(f"{path.name}.{os.getpid() if pid is None else pid}@{HOST}")
+def _own(path: Path) -> Path:
+    return path.with_name(f"{path.name}.{os.getpid()}@{HOST}")
 
 
 def _writers(path: Path) -> list[tuple[int, str, Path]]:
@@ -57,7 +57,7 @@ def start(path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for pid, host, name in _writers(path):
-        if host == HOST and pid != os.getpid() and not pid_alive(pid):
+        if known_dead(pid, host):
             name.replace(_failed_name(path, name.stat().st_mtime))
     own = _own(path)
     fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -88,7 +88,7 @@ def show_running(path: str | os.PathLike) -> str | None:
     """For a job refused its cell: link the log file of the job that holds it (a live writer of this
     host, else the newest of another host) back to `path`; returns that file's name, or None."""
     path = Path(path)
-    writers = [(name.stat().st_mtime, name) for pid, host, name in _writers(path) if host != HOST or pid_alive(pid)]
+    writers = [(name.stat().st_mtime, name) for pid, host, name in _writers(path) if not known_dead(pid, host)]
     if not writers:
         return None
     running = max(writers)[1]
