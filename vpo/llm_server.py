@@ -141,7 +141,7 @@ class DeadlineReader(io.RawIOBase):
         return count
 
     def request_read(self) -> None:
-        """The request is in: the next wait is for another request."""
+        """The request is answered: the next wait is for another request."""
         self.deadline = None
 
 
@@ -152,7 +152,7 @@ class PooledHTTPServer(HTTPServer):
     request_queue_size = 128
     daemon_threads = True
 
-    def __init__(self, address, handler, *, workers: int, app=None):
+    def __init__(self, address, handler, *, workers: int, app):
         super().__init__(address, handler)
         self.app = app  # what the handler serves (LoopbackServer)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-server")
@@ -183,6 +183,13 @@ class ChatHandler(BaseHTTPRequestHandler):
         self.reader = DeadlineReader(self.connection, app.idle_timeout_s, app.request_timeout_s)
         self.rfile = io.BufferedReader(self.reader)
 
+    def handle_one_request(self):
+        """One request, answered; whatever path it took, the next wait is for another request."""
+        try:
+            super().handle_one_request()
+        finally:
+            self.reader.request_read()
+
     def _send(self, status: int, payload: dict, *, close: bool = False) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
@@ -204,7 +211,6 @@ class ChatHandler(BaseHTTPRequestHandler):
         return False
 
     def do_GET(self):  # noqa: N802 (http.server's naming)
-        self.reader.request_read()
         if not self._authorised():
             return
         if self.path.rstrip("/") in ("/v1/models", "/models"):
@@ -230,7 +236,6 @@ class ChatHandler(BaseHTTPRequestHandler):
         except TimeoutError as err:
             self._error(408, str(err), "invalid_request_error", close=True)
             return None
-        self.reader.request_read()
         try:
             return json.loads(data or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
