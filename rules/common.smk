@@ -13,7 +13,7 @@ from snakemake.exceptions import WorkflowError
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import answers_per_rollout, method_settings, scale_note, trains_tiny_base
 from vpo.config import deep_merge, write_config
-from vpo.plan import cell_jobs, large_plan_note, paths_outside, stale_outputs
+from vpo.plan import cell_jobs, large_plan_note, paths_outside, stale_note, stale_outputs
 from vpo.overrides import file_overrides, preset_conflicts, user_overrides
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method

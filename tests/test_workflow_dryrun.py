@@ -159,7 +159,7 @@ def test_a_gone_evaluation_remakes_it_and_the_tables_and_figures_made_from_it(tm
     # no other cell trains or evaluates again (their searches follow the hardest set, which may change)
     assert not any(f.startswith("results/cpu/runs/") and not f.startswith(cell) and "/evolve/" not in f
                    for f in replanned)
-    assert f"stale: results/cpu/aggregate/summary.csv was made from {cell}/eval/evalseed0.json" in capfd.readouterr().err
+    assert f"stale: results/cpu/aggregate/summary.csv lacks its input {cell}/eval/evalseed0.json" in capfd.readouterr().err
     complete(tmp_path, [f"{cell}/eval/evalseed0.json"], start)  # back as it was: nothing planned, no word
     assert dryrun(tmp_path) == [] and "stale:" not in capfd.readouterr().err
 

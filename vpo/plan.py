@@ -15,21 +15,27 @@ def paths_outside(paths, preset: str) -> list[str]:
             or os.path.isabs(str(p))]
 
 
-def stale_outputs(rules_io: Iterable[tuple[Sequence[str], Sequence[str]]],
-                  exists: Callable[[str], bool] = os.path.exists) -> list[tuple[str, list[str]]]:
-    """(output, its inputs that are gone) for every output on disk one of whose inputs is not.
+def stale_outputs(rules_io: Iterable[tuple[Sequence[str], Sequence[str]]]) -> list[tuple[str, list[str]]]:
+    """(output, its missing inputs) for every output on disk one of whose inputs is not.
 
     rules_io: (outputs, inputs) of each rule whose paths hold no wildcards (aggregates, tables,
     figures). Snakemake keeps such an output: it remakes a missing intermediate file only for a job
     that runs anyway, so a table would go on showing numbers whose source is gone (an evaluation whose
-    forced rerun failed, a file deleted by hand).
+    forced rerun failed, a file deleted by hand) or that leave out a cell new to the grid.
     """
     stale = []
     for outputs, inputs in rules_io:
-        gone = [str(f) for f in inputs if not exists(str(f))]
-        if gone:
-            stale += [(str(out), gone) for out in outputs if exists(str(out))]
+        missing = [str(f) for f in inputs if not os.path.exists(str(f))]
+        if missing:
+            stale += [(str(out), missing) for out in outputs if os.path.exists(str(out))]
     return stale
+
+
+def stale_note(output: str, missing: Sequence[str]) -> str:
+    """The plan's line for one stale output."""
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    return (f"stale: {output} lacks its input {missing[0]}{more} (gone, or new to the grid); the default "
+            "target (snakemake --cores all) makes them and remakes it")
 
 
 # Snakemake's planning cost, measured on 2 cores: 10,000 seeds of the cpu grid planned 170,059 jobs in
