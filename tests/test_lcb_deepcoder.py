@@ -213,12 +213,21 @@ def test_a_folder_named_parquet_and_a_file_without_the_columns_are_refused(tmp_p
     ({"max_test_chars": -1}, "max_test_chars must be at least 1"),
     ({"train_size": 0}, "train_size must be at least 1"),
     ({"train_size": -1}, "train_size must be at least 1"),
-    ({"train_size": 50}, "train_size asks for 50 training problems; the deepcoder source gave 8"),
 ])
 def test_sizes_that_would_write_an_empty_or_short_split_are_refused(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         LCB.preprocess(str(tmp_path / "out"), {**LOCAL, **extra})
     assert not (tmp_path / "out" / "train.parquet").exists()
+
+
+def test_vpo_preprocess_refuses_a_split_shorter_than_asked(tmp_path):
+    """The fixture holds 8 training problems; 50 asked once gave 8 and rc 0."""
+    from vpo.cli import main
+
+    with pytest.raises(SystemExit, match=r"train.parquet holds 8 rows; task_settings.lcb.data.train_size asks for 50"):
+        main(["preprocess", "--task", "lcb", "--out", str(tmp_path / "out"), "--set", "source=deepcoder",
+              "--set", f"deepcoder.path={FIXTURE}", "--set", "train_size=50"])
+    assert not list((tmp_path / "out").glob("*.parquet"))
 
 
 def test_vpo_preprocess_refuses_an_empty_split_naming_the_settings(tmp_path, capsys):

@@ -169,10 +169,7 @@ class LcbTask(Task):
                 detail = " ".join(str(err).split())[:200]
                 print(f"lcb: dropped {record_name(record)!r}: malformed record ({type(err).__name__}: {detail})",
                       file=sys.stderr)
-        if s.train_size is not None:
-            if len(splits["train"]) < s.train_size:
-                raise ValueError(f"lcb: train_size asks for {s.train_size} training problems; the {s.source} source "
-                                 f"gave {len(splits['train'])} (dropped {dropped or 'none'})")
+        if s.train_size is not None:  # fewer than asked: `vpo preprocess` refuses the split (split_problem)
             splits["train"] = splits["train"][: s.train_size]
         print(f"lcb ({s.source}): train {len(splits['train'])} problems, test {len(splits['test'])}; "
               f"dropped {dropped or 'none'}", file=sys.stderr)
