@@ -92,14 +92,14 @@ def run(args: argparse.Namespace) -> int:
     from vpo import joblog
     from vpo.cell_lock import CellBusy, writing_cell
 
-    log = getattr(args, "log", None)
+    log = args.log
     try:
         with writing_cell(args.out, what=f"vpo train {args.task}/{args.method}/seed{args.seed}"):
             if log:
                 joblog.start(log)
             failed = True
             try:
-                if not getattr(args, "print_command", False):
+                if not args.print_command:
                     # the cell is rewritten from here on, whoever started this: its finished-marker goes
                     # first, so a kill leaves no marker beside another run's metrics, and merge and
                     # aggregate see the cell as unfinished until this run writes its own
