@@ -60,6 +60,24 @@ def test_logprobs_and_entropies_equal_the_model_on_each_unpadded_sequence(heads,
     assert logp.shape == (6, max(len(r) for r in responses))
 
 
+@pytest.mark.parametrize("buckets", [1, 4, 20])
+def test_any_number_of_length_buckets_gives_each_row_its_own_values(buckets):
+    """The rows run in length buckets (here one, some, and more buckets than rows: the empty ones are
+    skipped) and come back in their own order, each equal to the model on its sequence alone."""
+    model = tiny_model().eval()
+    prompts, responses = rollouts(n_prompts=3, n=3, seed=4)
+    responses[4] = responses[4] * 4  # one long row among short ones: the buckets' widths differ
+    batch = StepBatch(prompts, responses, 3, PAD)
+    with torch.no_grad():
+        logp, entropy = group_response_logprobs(model, batch.prompts, batch.prompt_attention, batch.group_of,
+                                                batch.responses, batch.mask, with_entropy=True, buckets=buckets)
+    want_logp, want_entropy = expected_per_sequence(model, prompts, responses, 3)
+    assert logp.shape == entropy.shape == batch.responses.shape
+    for row, response in enumerate(responses):
+        assert logp[row, :len(response)].tolist() == pytest.approx(want_logp[row], abs=1e-5)
+        assert entropy[row, :len(response)].tolist() == pytest.approx(want_entropy[row], abs=1e-5)
+
+
 def test_a_group_slice_gives_the_rows_of_those_prompts():
     model = tiny_model().eval()
     prompts, responses = rollouts(n_prompts=4, n=3, seed=1)

@@ -161,6 +161,8 @@ def test_one_step_equals_verls_actor_update(tmp_path, model_dir):
     for name, (local_change, verl_change, parameter) in local["changes"].items():
         assert verl_change.norm() > 0, name
         # AdamW divides each element's first moment by the root of its second: in an element whose two
-        # gradients nearly cancel, float32 rounding (veRL sums 4 micro-batches, the local trainer one
-        # batch) moves its change by up to 0.3%; per tensor the changes agree to 4e-5 (measured)
-        assert float((local_change - verl_change).norm() / verl_change.norm()) < 1e-4, name
+        # gradients nearly cancel, float32 rounding (veRL sums 4 micro-batches, the local trainer three
+        # length buckets) moves its change by up to 0.3%; per tensor the changes agree to 1.3e-4 (measured;
+        # 2.3e-5 with the responses in one padded batch, whose log-probabilities differ from the buckets'
+        # by 5e-7 at most).
+        assert float((local_change - verl_change).norm() / verl_change.norm()) < 3e-4, name

@@ -93,7 +93,9 @@ def policy_update(policy, optimizer, batch, advantages, reference_logp, settings
                                                   clip_ratio=settings.clip_ratio, clip_ratio_c=settings.clip_ratio_c)
         kl = masked_mean(low_var_kl(logp, reference_logp[rows, :width]), mb_mask)
         mean_entropy = masked_mean(entropy, mb_mask)
-        loss = pg_loss + settings.kl_coef * kl - settings.entropy_coef * mean_entropy
+        loss = pg_loss + settings.kl_coef * kl
+        if settings.entropy_coef:  # at 0 the entropy is only logged, as veRL logs it: no backward through it
+            loss = loss - settings.entropy_coef * mean_entropy
         optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.grad_clip)
