@@ -33,6 +33,7 @@ MUTMUT = Path(sys.executable).parent / "mutmut"
 MODULES = {
     "vpo/vpo_scores.py": ["tests/test_advantage.py"],
     "vpo/advantage.py": ["tests/test_advantage.py"],
+    "vpo/method_advantage.py": ["tests/test_advantage.py"],
     "vpo/weights.py": ["tests/test_weights.py"],
     "vpo/metrics.py": ["tests/test_metrics.py"],
     "vpo/rollouts.py": ["tests/test_rollouts.py"],

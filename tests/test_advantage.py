@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from vpo.advantage import (
     ESTIMATORS,
     advantage_draw_spread,
-    advantage_for_method,
     gdpo_advantage,
     get_estimator,
     grpo_advantage,
@@ -22,10 +21,10 @@ from vpo.advantage import (
     max_at_k_subset,
     maxrl_advantage,
     register_estimator,
-    setting_keys,
     vpo_advantage,
     vpo_single_advantage,
 )
+from vpo.method_advantage import advantage_for_method, setting_keys
 from vpo.methods import METHODS, get_method
 from vpo.vpo_scores import vpo_raw_scores
 from vpo.reward import weighted_scalar

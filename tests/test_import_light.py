@@ -44,8 +44,8 @@ def test_engine_imports_and_runs_with_only_numpy_and_scipy():
         HEAVY + ["pandas", "pyarrow"],
         """
         import numpy as np
-        import vpo, vpo.advantage, vpo.weights, vpo.metrics, vpo.methods
-        adv, diag = vpo.advantage.advantage_for_method(
+        import vpo, vpo.method_advantage, vpo.weights, vpo.metrics, vpo.methods
+        adv, diag = vpo.method_advantage.advantage_for_method(
             "vpo", scores=None, sub_scores=[[[1, 0], [0, 1]], [[0.5, 0.5]]], group_ids=["g", "g"],
             settings={"sampler": "sobol", "alpha": 0.7}, rng=0)
         assert adv.shape == (2,) and adv[0] > adv[1]

@@ -83,7 +83,7 @@ EVERY_METHOD = ["vpo", "grpo", "max_at_k", "vpo_single", "maxrl", "multi_rlvr", 
 @pytest.mark.parametrize("method", EVERY_METHOD)
 def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_groups(one_batch, method):
     """VPO, GRPO and Max@k as the issue asks, and every other method of the table (the same call, its own input)."""
-    from vpo.advantage import advantage_for_method
+    from vpo.method_advantage import advantage_for_method
     from vpo.rollouts import as_matrix
 
     trainer = one_batch(method, scorer=synthetic_scorer, estimator_seed=7)

@@ -55,7 +55,7 @@ def _extra_info(matrix: np.ndarray, score: float) -> dict:
 
 
 def _expected(method: str, uids, matrices, scores) -> np.ndarray:
-    from vpo.advantage import advantage_for_method
+    from vpo.method_advantage import advantage_for_method
 
     advantages, _ = advantage_for_method(
         method,
@@ -227,7 +227,7 @@ def test_gdpo_equals_verls_own_gdpo_with_varied_response_lengths(seed):
     whitens over response tokens: 64 groups of 8, lengths 20-256, tied and flat groups included."""
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-    from vpo.advantage import advantage_for_method
+    from vpo.method_advantage import advantage_for_method
 
     rng = np.random.default_rng(seed)
     n_groups, group, width, prompt, k = 64, 8, 256, 5, 4

@@ -5,21 +5,20 @@ the set of rollouts that share a prompt (equal `group_ids`). All functions are v
 groups: the only per-rollout Python work is reading the ragged input list.
 
 Registry: `ESTIMATORS` maps a method-facing name to its function; `register_estimator(name)`
-refuses a second, different function under an existing name. `advantage_for_method` is the one
-call both trainers make: it picks the estimator and its input from the method table.
+refuses a second, different function under an existing name. The trainers call them through
+`vpo.method_advantage.advantage_for_method`, which picks the estimator and its input from the method
+table.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from vpo.methods import Method, get_method
 from vpo.rollouts import as_matrix, group_codes, group_slots
 from vpo.vpo_scores import vpo_scores
 from vpo.weights import canonical_sampler
@@ -303,92 +302,3 @@ def max_at_k_advantage(
         raw[rsel] = values[lg, slot]
     _, mean, std = _group_mean_std(raw, codes, ddof=1)
     return (raw - mean[codes]) / (std[codes] + eps)
-
-
-# ---------------------------------------------------------------------------------------------
-# The one call both trainers make
-
-
-def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
-    """(B, k_max) single-answer channels from sub_scores; shorter vectors and empty rows pad with 0."""
-    mats = [as_matrix(s) for s in sub_scores]
-    multi = [i for i, m in enumerate(mats) if m.shape[0] > 1]
-    if multi:
-        raise ValueError(f"gdpo expects one answer per rollout, rollout {multi[0]} has {mats[multi[0]].shape[0]}")
-    # a batch without any channel: 0 or 1 zero columns give gdpo's same zero advantages
-    width = max((m.shape[1] for m in mats), default=0)  # pragma: no mutate (see above)
-    out = np.zeros((len(mats), width))
-    for i, m in enumerate(mats):
-        out[i, : m.shape[1]] = m.ravel()
-    return out
-
-
-SUPPLIED = ("rng", "weights", "response_lengths")  # given by the caller, never configured
-
-
-def estimator_knobs(name: str) -> set[str]:
-    """The settings an estimator takes from config.yaml's method_settings: its keyword parameters after
-    the two data arguments (scores or sub_scores, group_ids), less those the caller supplies."""
-    return set(list(inspect.signature(get_estimator(name)).parameters)[2:]) - set(SUPPLIED)
-
-
-def setting_keys(method: str | Method) -> set[str]:
-    """Every method_settings key a method takes: its estimator's knobs, and `alpha` (the Dirichlet
-    concentration of the weights in its rows) when its reward is weighted."""
-    meth = get_method(method)
-    return estimator_knobs(meth.estimator) | ({"alpha"} if meth.reward == "weighted" else set())
-
-
-def advantage_for_method(
-    method: str | Method,
-    *,
-    scores: Sequence[float] | np.ndarray | None,
-    sub_scores: Sequence[Any] | None,
-    group_ids: Sequence[Any] | np.ndarray,
-    settings: Mapping[str, Any] | None = None,
-    rng: np.random.Generator | int | None = None,
-    response_lengths: Sequence[int] | np.ndarray | None = None,
-) -> tuple[np.ndarray, dict[str, float]]:
-    """Advantages of one batch for a method of the method table.
-
-    The method's `reward` kind says what its estimator reads:
-    matrix (vpo, vpo_single) and channels (gdpo) read `sub_scores`, B items each (m_i, k);
-    scalar, sum and weighted read `scores`, (B,) the method's scalar from the reward function.
-    settings: the method's config settings; keys the estimator does not take are ignored, and
-    `rng` / `weights` are never taken from settings (weights are drawn, not configured).
-    response_lengths: (B,) response tokens per rollout, for estimators that whiten over tokens (gdpo).
-    Returns: advantages float64 (B,), diagnostics dict of floats.
-    """
-    meth = get_method(method)
-    fn = get_estimator(meth.estimator)
-    params = inspect.signature(fn).parameters
-    knobs = estimator_knobs(meth.estimator)
-    kwargs = {key: value for key, value in dict(settings or {}).items() if key in knobs}
-    if "rng" in params:
-        kwargs["rng"] = rng
-    if "response_lengths" in params:
-        kwargs["response_lengths"] = response_lengths
-    diagnostics: dict[str, float] = {}
-    if meth.reward in ("matrix", "channels"):
-        if sub_scores is None:
-            raise ValueError(f"method {meth.name!r} needs sub_scores (each rollout's (m, k) reward matrix)")
-        if meth.reward == "matrix":
-            adv, diagnostics = fn(sub_scores, group_ids, **kwargs)
-        else:
-            adv = fn(_channels(sub_scores), group_ids, **kwargs)
-    else:
-        if scores is None:
-            raise ValueError(f"method {meth.name!r} needs scores (one scalar per rollout)")
-        adv = fn(scores, group_ids, **kwargs)
-    adv = np.asarray(adv)
-    codes, n_groups = group_codes(group_ids)
-    moving = np.bincount(codes, weights=np.abs(adv) > 1e-6)
-    diagnostics.update(
-        {
-            "advantage/mean": float(adv.mean()) if len(adv) else 0.0,
-            "advantage/std": float(adv.std()) if len(adv) else 0.0,
-            "advantage/abs_max": float(np.abs(adv).max()) if len(adv) else 0.0,
-            "advantage/zero_group_frac": float((moving == 0).mean()) if n_groups else 0.0,
-        }
-    )
-    return adv, diagnostics

@@ -63,7 +63,7 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
 def _ablation_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Ablation tasks outside the grid, lists of one, unknown names, and methods that lack the
     setting their ablation varies."""
-    from vpo.advantage import setting_keys
+    from vpo.method_advantage import setting_keys
     from vpo.grid import ABLATIONS
     from vpo.methods import get_method
 
@@ -87,7 +87,7 @@ def _ablation_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
     """Variant settings their method does not take, and m on a method that writes one answer."""
-    from vpo.advantage import setting_keys
+    from vpo.method_advantage import setting_keys
     from vpo.methods import get_method
 
     problems = []
@@ -104,7 +104,7 @@ def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
 
 def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Settings a method's estimator does not take."""
-    from vpo.advantage import setting_keys
+    from vpo.method_advantage import setting_keys
 
     from vpo.grid import ablation_methods
 

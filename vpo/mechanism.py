@@ -4,7 +4,7 @@ A softmax policy over a few arms with known 2-d reward vectors. Two arms lie at 
 Pareto front, one arm is the best under the fixed mean scalar, the rest are dominated. Each step
 draws prompt groups of rollouts from the policy; a rollout is one arm (GRPO, scored by the mean
 scalar) or m arms drawn independently (Multi-RLVR: the sum of their scalars; VPO: the (m, 2)
-matrix). `vpo.advantage.advantage_for_method` turns the batch into advantages, and the logits take
+matrix). `vpo.method_advantage.advantage_for_method` turns the batch into advantages, and the logits take
 one exact policy-gradient step, A_j * sum over the rollout's arms of (onehot(arm) - p).
 
     vpo mechanism bandit --out results/mechanism/bandit.csv
@@ -64,7 +64,7 @@ def diversity(p: np.ndarray) -> float:
 
 def train(method: str, settings: BanditSettings, seed: int) -> dict[str, np.ndarray]:
     """Train one method from uniform logits; returns mass (steps + 1, arms), best_of_m and diversity (steps + 1,)."""
-    from vpo.advantage import advantage_for_method
+    from vpo.method_advantage import advantage_for_method
 
     rng = np.random.default_rng([seed, METHODS.index(method)])
     m = 1 if method == "grpo" else settings.m

@@ -3,7 +3,7 @@
 Each step takes the next `prompts_per_step` prompts of a shuffled epoch, samples
 `rollouts_per_prompt` responses per prompt (the group) at temperature 1 with the KV cache, scores
 them with `vpo.reward.compute_score`, turns the scores into one advantage per rollout with the
-estimator the method table names (`vpo.advantage.advantage_for_method`), and takes
+estimator the method table names (`vpo.method_advantage.advantage_for_method`), and takes
 `ppo_mini_batches` AdamW steps on the dual-clip PPO loss (token-mean) plus the low-variance KL to
 the base model. Methods differ only in the estimator and in the prompt rewrite (`prepare_row`).
 """
@@ -106,7 +106,7 @@ class Learner:
         returns its metrics record."""
         import torch
 
-        from vpo.advantage import advantage_for_method
+        from vpo.method_advantage import advantage_for_method
         from vpo.generate import sample_responses
         from vpo.local.group_forward import StepBatch
         from vpo.local.rl import policy_update

@@ -3,7 +3,7 @@
 TRL turns one scalar per reward function into advantages inside `_generate_and_score_completions`;
 `EstimatorGRPOTrainer` keeps everything else TRL does (generation, reference and old log-probabilities,
 loss, optimizer, logging, checkpoints) and replaces only those advantages with the estimator the method
-table names (`vpo.advantage.advantage_for_method`), fed with each completion's (m, k) reward matrix.
+table names (`vpo.method_advantage.advantage_for_method`), fed with each completion's (m, k) reward matrix.
 `grpo_arguments` maps the local trainer's settings onto `GRPOConfig` so that TRL takes veRL's update.
 
 Supported: TRL 1.16.x (the subclass overrides a private method of that release and reads the keys of

@@ -5,7 +5,7 @@ TRL scores each completion with one scalar per reward function and normalises wi
 returns the completion's scalar score and its (m, k) reward matrix (the project's task reward,
 `task_scorer`, or your own); TRL records the scalar as its reward and the trainer keeps the matrices.
 After TRL has generated, scored and computed its log-probabilities, the trainer replaces TRL's advantages
-with `vpo.advantage.advantage_for_method` of the whole generation batch (gathered over processes, every
+with `vpo.method_advantage.advantage_for_method` of the whole generation batch (gathered over processes, every
 process drawing the same Dirichlet weights from one seeded generator), grouped as TRL groups it, and
 logs the estimator's diagnostics and the pool diversity beside TRL's own metrics.
 
@@ -116,7 +116,7 @@ class EstimatorGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         from accelerate.utils import gather_object
 
-        from vpo.advantage import advantage_for_method
+        from vpo.method_advantage import advantage_for_method
         from vpo.metrics import group_pool_diversity
         from vpo.rollouts import as_matrix
 

@@ -4,7 +4,7 @@ veRL passes an estimator only `token_level_rewards (B, T)`, `response_mask (B, T
 (the prompt uid) and the `algorithm` config. Each rollout's reward matrix and scalar come from the
 reward function's `reward_extra_info`, which the `vpo_sync` trainer (vpo.verl_ext.trainer) stages,
 row-aligned, around veRL's advantage step; every estimator then calls
-`vpo.advantage.advantage_for_method`, so both trainers compute the same numbers.
+`vpo.method_advantage.advantage_for_method`, so both trainers compute the same numbers.
 
     ESTIMATOR_METHODS     veRL estimator name -> method of vpo.methods
     stage_from_extra_info / staged    the staged rollouts of one advantage computation
@@ -132,7 +132,7 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
     """
     import torch
 
-    from vpo.advantage import advantage_for_method
+    from vpo.method_advantage import advantage_for_method
 
     batch_size = token_level_rewards.shape[0]
     rollouts = _STAGED.get()
