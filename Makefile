@@ -109,6 +109,7 @@ test: $(TEST_STAMP)
 # Unused and undefined names (ruff's pyflakes rules, pyproject.toml [tool.ruff]); CI runs it.
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check vpo vpo_tasks tests benchmarks examples
+	$(VENV)/bin/ruff format --check vpo vpo_tasks tests benchmarks examples
 
 # Mutation testing of the engine core (tests/mutation.py, docs/testing.md): not part of `make test`.
 mutation: $(TEST_STAMP)

@@ -82,7 +82,9 @@ def main() -> None:
         gens = {sampler: np.random.default_rng(1) for sampler in ("naive", "sobol")}
         fns = {
             f"vpo_advantage ({sampler})": (
-                lambda sampler=sampler: vpo_advantage(sub_scores, group_ids, n_weights=args.n_weights, sampler=sampler, rng=gens[sampler])
+                lambda sampler=sampler: vpo_advantage(
+                    sub_scores, group_ids, n_weights=args.n_weights, sampler=sampler, rng=gens[sampler]
+                )
             )
             for sampler in ("naive", "sobol")
         }
@@ -111,10 +113,15 @@ def main() -> None:
         for sampler in ("naive", "sobol"):
             gen = np.random.default_rng(2)
             draws = np.stack(
-                [vpo_raw_scores(sub_scores, group_ids, n_weights=args.n_weights, sampler=sampler, rng=gen) for _ in range(args.draws)]
+                [
+                    vpo_raw_scores(sub_scores, group_ids, n_weights=args.n_weights, sampler=sampler, rng=gen)
+                    for _ in range(args.draws)
+                ]
             )
             variances[sampler] = float(draws.var(axis=0, ddof=1).mean())
-            print(f"  raw-score variance ({sampler:5s}) {variances[sampler]:.3e}  (mean over rollouts, {args.draws} draws)")
+            print(
+                f"  raw-score variance ({sampler:5s}) {variances[sampler]:.3e}  (mean over rollouts, {args.draws} draws)"
+            )
         ratio = variances["naive"] / variances["sobol"]
         print(f"  Sobol/naive variance reduction: {ratio:.1f}x  (target >= 2 at k = 4, goal 10)")
 

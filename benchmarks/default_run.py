@@ -84,8 +84,13 @@ def main() -> None:
     parser.add_argument("--commit", default="HEAD", help="the commit to clone (default: HEAD)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help="train these seeds instead of the preset's (e.g. --seeds 0 1 2)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="train these seeds instead of the preset's (e.g. --seeds 0 1 2)",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="vpo_default_run_"))
@@ -109,8 +114,10 @@ def main() -> None:
         print(f"{rule:28s} {len(times):5d} {sum(times):8.0f} {statistics.median(times):7.1f}")
     fixed = train_fixed_seconds(jobs, clone / "results" / "cpu" / "runs")
     if fixed:
-        print(f"\nfixed cost per train job (job seconds less its RL loop): median {statistics.median(fixed):.1f} s, "
-              f"{sum(fixed):.0f} s over {len(fixed)} jobs")
+        print(
+            f"\nfixed cost per train job (job seconds less its RL loop): median {statistics.median(fixed):.1f} s, "
+            f"{sum(fixed):.0f} s over {len(fixed)} jobs"
+        )
     sys.path.insert(0, str(REPO))
     from benchmarks.rl_step import logged_step_times
 

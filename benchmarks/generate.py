@@ -33,10 +33,17 @@ def build_fixture(n_prompts: int):
 
     prompts = [r["prompt"] for r in rows] + [prepare_row(r, "vpo", 3, 0)["prompt"] for r in rows]
     texts = [p[0]["content"] for p in prompts]
-    tokenizer = build_tokenizer(texts + ["<answer>UP DOWN LEFT RIGHT</answer>"],
-                                phrases=frequent_phrases(texts, {"UP", "DOWN", "LEFT", "RIGHT"}))
-    model = build_model(len(tokenizer), LocalTrainerSettings.from_dict(load_config(preset="cpu")["local_trainer"]).model_settings(), pad_token_id=tokenizer.pad_token_id,
-                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    tokenizer = build_tokenizer(
+        texts + ["<answer>UP DOWN LEFT RIGHT</answer>"],
+        phrases=frequent_phrases(texts, {"UP", "DOWN", "LEFT", "RIGHT"}),
+    )
+    model = build_model(
+        len(tokenizer),
+        LocalTrainerSettings.from_dict(load_config(preset="cpu")["local_trainer"]).model_settings(),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return model, tokenizer, rows
 
 
@@ -76,16 +83,24 @@ def main() -> None:
     single = []
     for p in ids:
         for _ in range(args.samples):
-            single += sample_responses(model, tokenizer, [p], 1, SamplingSettings(
-                temperature=1.0, max_new_tokens=args.max_new_tokens, seed=None), batch_size=1)
+            single += sample_responses(
+                model,
+                tokenizer,
+                [p],
+                1,
+                SamplingSettings(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=None),
+                batch_size=1,
+            )
     t_single = time.perf_counter() - t0
 
     tok_b, tok_s = sum(map(len, batched)), sum(map(len, single))
     rate_b, rate_s = tok_b / t_batched, tok_s / t_single
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {n_params} parameters; {len(ids)} prompts x {args.samples} samples, "
-          f"max_new_tokens {args.max_new_tokens}, prompt tokens ~{sum(map(len, ids)) // len(ids)}, "
-          f"threads {args.threads}")
+    print(
+        f"model: {n_params} parameters; {len(ids)} prompts x {args.samples} samples, "
+        f"max_new_tokens {args.max_new_tokens}, prompt tokens ~{sum(map(len, ids)) // len(ids)}, "
+        f"threads {args.threads}"
+    )
     print(f"batched (batch {args.batch_size}): {tok_b} tokens in {t_batched:.2f} s = {rate_b:.0f} tokens/s")
     print(f"one at a time:          {tok_s} tokens in {t_single:.2f} s = {rate_s:.0f} tokens/s")
     print(f"speed-up (tokens/s ratio): {rate_b / rate_s:.1f}x  (goal >= 5x)")

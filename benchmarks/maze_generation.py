@@ -45,8 +45,10 @@ def main() -> int:
     total, t_train, t_test = best
     tried = (train[-1]["seed"] - 42 + 1) + (test[-1]["seed"] - 4242 + 1)
     n = args.train + args.test
-    print(f"maze generation, one core: {n} mazes ({args.train} train + {args.test} test) in {total:.2f} s "
-          f"(train {t_train:.2f} s, test {t_test:.2f} s; {n / total:.0f} mazes/s)")
+    print(
+        f"maze generation, one core: {n} mazes ({args.train} train + {args.test} test) in {total:.2f} s "
+        f"(train {t_train:.2f} s, test {t_test:.2f} s; {n / total:.0f} mazes/s)"
+    )
     print(f"seeds tried: {tried} for {n} accepted ({tried / n:.3f} per maze)")
 
     rows = MAZE.rows("test", test, "convex_bonus")

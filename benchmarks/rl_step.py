@@ -27,8 +27,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.generate import build_fixture  # noqa: E402
 
-VIEWS = {"view", "_unsafe_view", "slice", "select", "transpose", "t", "expand", "as_strided", "unsqueeze",
-         "squeeze", "split", "permute", "alias", "detach", "lift_fresh", "chunk", "unbind"}
+VIEWS = {
+    "view",
+    "_unsafe_view",
+    "slice",
+    "select",
+    "transpose",
+    "t",
+    "expand",
+    "as_strided",
+    "unsqueeze",
+    "squeeze",
+    "split",
+    "permute",
+    "alias",
+    "detach",
+    "lift_fresh",
+    "chunk",
+    "unbind",
+}
 
 
 def time_generation(model, tokenizer, prompt_ids, n: int, max_new_tokens: int, repeats: int, fast: bool):
@@ -70,8 +87,18 @@ def operations_per_step(model, tokenizer, prompt_ids, n: int, max_new_tokens: in
     input_ids, attention = left_pad(prompt_ids, tokenizer.pad_token_id)
     torch.manual_seed(0)
     with Count() as count:
-        out = sample_groups(model, input_ids, attention, n, max_new_tokens=max_new_tokens, eos=tokenizer.eos_token_id,
-                            pad=tokenizer.pad_token_id, temperature=1.0, top_k=0, top_p=1.0)
+        out = sample_groups(
+            model,
+            input_ids,
+            attention,
+            n,
+            max_new_tokens=max_new_tokens,
+            eos=tokenizer.eos_token_id,
+            pad=tokenizer.pad_token_id,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+        )
     steps = out.shape[1]
     total = sum(count.names.values())
     compute = sum(v for k, v in count.names.items() if k not in VIEWS)
@@ -99,15 +126,30 @@ def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
     settings = dict(method_settings(config, "vpo"))
     method = get_method("vpo")
     rows = [prepare_row(row, "vpo", 3, 0, alpha=settings.get("alpha")) for row in rows]
-    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
-                  for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
+    prompt_ids = [
+        tokenizer(t, add_special_tokens=False)["input_ids"]
+        for t in render_prompts(tokenizer, [r["prompt"] for r in rows])
+    ]
     policy = model.train()
     reference = copy.deepcopy(model).eval().requires_grad_(False)
-    sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_new_tokens=cfg.max_new_tokens_for(method.prompt), seed=None)
+    sampling = SamplingSettings(
+        temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens_for(method.prompt), seed=None
+    )
     torch.manual_seed(0)
-    learner = Learner(policy, reference, optimizer_for(policy, cfg), tokenizer, rows, prompt_ids, method,
-                      resolve("maze"), cfg, settings, sampling, np.random.default_rng(0))
+    learner = Learner(
+        policy,
+        reference,
+        optimizer_for(policy, cfg),
+        tokenizer,
+        rows,
+        prompt_ids,
+        method,
+        resolve("maze"),
+        cfg,
+        settings,
+        sampling,
+        np.random.default_rng(0),
+    )
     learner.step(1, 0)  # warm-up
     records = [learner.step(step, 0) for step in range(2, steps + 2)]
     return [(r["step_s"], r["generation_s"]) for r in records]
@@ -120,8 +162,14 @@ def logged_step_times(runs: Path) -> list[tuple[str, float, float, int]]:
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         steps = [r["step_s"] for r in records if "step_s" in r]
         if steps:
-            rows.append((str(path.parent.relative_to(runs)), statistics.median(steps),
-                         statistics.median(r["generation_s"] for r in records), len(steps)))
+            rows.append(
+                (
+                    str(path.parent.relative_to(runs)),
+                    statistics.median(steps),
+                    statistics.median(r["generation_s"] for r in records),
+                    len(steps),
+                )
+            )
     return rows
 
 
@@ -147,12 +195,14 @@ def main() -> None:
     multi = [prepare_row(row, "vpo", 3, 0)["prompt"] for row in rows]  # the prompts of VPO's rollouts (m = 3)
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tokenizer, multi)]
     rollouts = args.prompts * args.samples
-    print(f"one RL step's generation: {rollouts} rollouts of up to {args.max_new_tokens} tokens, "
-          f"{args.threads} thread(s)")
+    print(
+        f"one RL step's generation: {rollouts} rollouts of up to {args.max_new_tokens} tokens, {args.threads} thread(s)"
+    )
     results = {}
     for name, fast in (("transformers generate", False), ("vpo/llama_sampler.py", True)):
-        seconds, rate = time_generation(model, tokenizer, prompt_ids, args.samples, args.max_new_tokens,
-                                        args.repeats, fast)
+        seconds, rate = time_generation(
+            model, tokenizer, prompt_ids, args.samples, args.max_new_tokens, args.repeats, fast
+        )
         results[name] = seconds
         print(f"  {name:22s} {seconds:7.3f} s per step   {rate:9.0f} tokens/s")
     print(f"  speed-up: {results['transformers generate'] / results['vpo/llama_sampler.py']:.1f}x")
@@ -160,17 +210,21 @@ def main() -> None:
     print(f"  vpo/llama_sampler.py dispatches {total:.0f} torch operations per decoding step ({compute:.0f} compute)")
 
     times = time_steps(model, tokenizer, rows, args.steps)
-    print(f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median "
-          f"{statistics.median(t[0] for t in times):.3f} s, of which generation "
-          f"{statistics.median(t[1] for t in times):.3f} s")
+    print(
+        f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median "
+        f"{statistics.median(t[0] for t in times):.3f} s, of which generation "
+        f"{statistics.median(t[1] for t in times):.3f} s"
+    )
     if args.runs:
         rows = logged_step_times(args.runs)
         print(f"logged by the cells under {args.runs} (median over steps):")
         for cell, step_s, gen_s, steps in rows:
             print(f"  {cell:40s} step {step_s:6.3f} s   generation {gen_s:6.3f} s   ({steps} steps)")
         if rows:
-            print(f"  all cells: median step {statistics.median(r[1] for r in rows):.3f} s, "
-                  f"median generation {statistics.median(r[2] for r in rows):.3f} s")
+            print(
+                f"  all cells: median step {statistics.median(r[1] for r in rows):.3f} s, "
+                f"median generation {statistics.median(r[2] for r in rows):.3f} s"
+            )
 
 
 if __name__ == "__main__":

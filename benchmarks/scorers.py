@@ -26,27 +26,72 @@ def inputs(tag_pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 CASES = {
-    "maze": ({"grid_text": "S . .\n. . .\n. . E", "start": [0, 0], "end": [2, 2], "max_steps": 6, "num_gold": 0,
-              "num_diamond": 0, "num_lava": 0, "score_mode": "convex_bonus"},
-             [("<answer>", "</answer>"), ("<route_1>", "</route_1>"), ("---", "---")]),
-    "musique": ({"answer": "Miquette Giraudy", "answer_aliases": ["Miquette"], "supporting_indices_ordered": [3, 1],
-                 "num_hops": 2},
-                [("<answer>", "</answer>"), ("<support>", "</support>"), ("<response_1>", "</response_1>")]),
-    "eureqa": ({"chain_entities": ["Ava_Lindqvist", "The_Quiet_Harbor", "Northwind_Pictures", "Port_Elsby",
-                                   "Saltmarsh_County"], "answer": "Ava_Lindqvist", "num_hops": 5},
-               [("<entity_A>", "</entity_A>"), ("<ENTITY_e>", "</entity_E>"), ("<response_1>", "</response_1>")]),
-    "tool": ({"tool_calls_json": '[{"name": "GetNews", "parameters": {"page": "1"}}]', "response_text": "",
-              "think_text": "", "raw_gt": "", "num_tool_calls": 1},
-             [("<think>", "</think>"), ("<tool_call>", "</tool_call>"), ("<tool_call>{", "}"),
-              ("<response_1>", "</response_1>")]),
+    "maze": (
+        {
+            "grid_text": "S . .\n. . .\n. . E",
+            "start": [0, 0],
+            "end": [2, 2],
+            "max_steps": 6,
+            "num_gold": 0,
+            "num_diamond": 0,
+            "num_lava": 0,
+            "score_mode": "convex_bonus",
+        },
+        [("<answer>", "</answer>"), ("<route_1>", "</route_1>"), ("---", "---")],
+    ),
+    "musique": (
+        {
+            "answer": "Miquette Giraudy",
+            "answer_aliases": ["Miquette"],
+            "supporting_indices_ordered": [3, 1],
+            "num_hops": 2,
+        },
+        [("<answer>", "</answer>"), ("<support>", "</support>"), ("<response_1>", "</response_1>")],
+    ),
+    "eureqa": (
+        {
+            "chain_entities": [
+                "Ava_Lindqvist",
+                "The_Quiet_Harbor",
+                "Northwind_Pictures",
+                "Port_Elsby",
+                "Saltmarsh_County",
+            ],
+            "answer": "Ava_Lindqvist",
+            "num_hops": 5,
+        },
+        [("<entity_A>", "</entity_A>"), ("<ENTITY_e>", "</entity_E>"), ("<response_1>", "</response_1>")],
+    ),
+    "tool": (
+        {
+            "tool_calls_json": '[{"name": "GetNews", "parameters": {"page": "1"}}]',
+            "response_text": "",
+            "think_text": "",
+            "raw_gt": "",
+            "num_tool_calls": 1,
+        },
+        [
+            ("<think>", "</think>"),
+            ("<tool_call>", "</tool_call>"),
+            ("<tool_call>{", "}"),
+            ("<response_1>", "</response_1>"),
+        ],
+    ),
 }
 
 
 # Well-formed but huge tool calls: one call with many arguments, and many small calls.
-BIG_CALL = "<think>x</think><tool_call>" + '{"name": "GetNews", "parameters": {' + ", ".join(
-    f'"k{i}": "v{i}"' for i in range(60_000)) + "}}</tool_call>"
-MANY_CALLS = "<think>x</think><tool_call>" + "\n".join(
-    f'{{"name": "GetNews{i % 7}", "parameters": {{"page": {i}}}}}' for i in range(20_000)) + "</tool_call>"
+BIG_CALL = (
+    "<think>x</think><tool_call>"
+    + '{"name": "GetNews", "parameters": {'
+    + ", ".join(f'"k{i}": "v{i}"' for i in range(60_000))
+    + "}}</tool_call>"
+)
+MANY_CALLS = (
+    "<think>x</think><tool_call>"
+    + "\n".join(f'{{"name": "GetNews{i % 7}", "parameters": {{"page": {i}}}}}' for i in range(20_000))
+    + "</tool_call>"
+)
 
 
 def main() -> None:
@@ -66,7 +111,9 @@ def main() -> None:
                 if took > worst:
                     worst, worst_name = took, f"{name}, m={m}"
         verdict = "ok" if worst < 0.05 else "OVER"
-        print(f"{task:8s} slowest call on a 1 MB response: {worst * 1000:7.1f} ms ({worst_name})  goal < 50 ms: {verdict}")
+        print(
+            f"{task:8s} slowest call on a 1 MB response: {worst * 1000:7.1f} ms ({worst_name})  goal < 50 ms: {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -9,11 +9,21 @@ import pytest
 # warm-start steps: enough to exercise every code path (format, sampling, losses, checkpoints), not
 # to learn the task.
 TINY_CHANGES = {
-    "hidden_size": 32, "num_layers": 1, "num_heads": 1, "intermediate_size": 64, "max_positions": 512,
-    "warm_start_steps": 6, "warm_start_batch": 4,
-    "steps": 4, "prompts_per_step": 2, "rollouts_per_prompt": 3, "ppo_mini_batches": 2,
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 1,
+    "intermediate_size": 64,
+    "max_positions": 512,
+    "warm_start_steps": 6,
+    "warm_start_batch": 4,
+    "steps": 4,
+    "prompts_per_step": 2,
+    "rollouts_per_prompt": 3,
+    "ppo_mini_batches": 2,
     "max_new_tokens": {"single": 16, "multi": 40, "goal": 16},
-    "checkpoint_every": 2, "keep_checkpoints": 2, "threads": 1,
+    "checkpoint_every": 2,
+    "keep_checkpoints": 2,
+    "threads": 1,
 }
 
 

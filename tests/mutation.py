@@ -54,20 +54,73 @@ MODULES = {
 # and scorer; not data download, prompts or demonstrations): the score counts only their mutants.
 ONLY_FUNCTIONS = {
     "vpo/evaluate.py": ("prompt_plan", "candidate_frame", "pool_metrics"),
-    "vpo_tasks/maze.py": ("parse_grid", "simulate", "score_moves", "_block", "_all_blocks", "parse_moves",
-                          "route_slots", "distinct_routes", "MazeTask.is_correct", "MazeTask.split_answers",
-                          "MazeTask.parses", "MazeTask.answer_slots", "MazeTask.score_answer"),
-    "vpo_tasks/musique.py": ("normalize", "token_f1", "best_token_f1", "cited_indices", "score_answer",
-                             "MusiqueTask.is_correct", "MusiqueTask.parses", "MusiqueTask.score_answer"),
-    "vpo_tasks/eureqa.py": ("normalize_entity", "parse_entities", "score_answer", "EureqaTask.parses",
-                            "EureqaTask.score_answer"),
-    "vpo_tasks/tool.py": ("_objects", "_object_stream", "parse_calls", "parse_response", "normalize", "multiset_f1",
-                          "set_f1", "_number", "value_match", "align", "score_calls", "gold_calls", "score_answer",
-                          "ToolTask.parses", "ToolTask.score_answer"),
-    "vpo_tasks/lcb_grading.py": ("extract_code", "has_code_block", "split_solutions", "_fenced", "eval_code_block",
-                                 "eval_solutions", "eval_program", "fingerprint", "compiles", "_decimals",
-                                 "stdout_matches", "functional_program", "functional_result", "programs_for_tests",
-                                 "passed", "score_programs"),
+    "vpo_tasks/maze.py": (
+        "parse_grid",
+        "simulate",
+        "score_moves",
+        "_block",
+        "_all_blocks",
+        "parse_moves",
+        "route_slots",
+        "distinct_routes",
+        "MazeTask.is_correct",
+        "MazeTask.split_answers",
+        "MazeTask.parses",
+        "MazeTask.answer_slots",
+        "MazeTask.score_answer",
+    ),
+    "vpo_tasks/musique.py": (
+        "normalize",
+        "token_f1",
+        "best_token_f1",
+        "cited_indices",
+        "score_answer",
+        "MusiqueTask.is_correct",
+        "MusiqueTask.parses",
+        "MusiqueTask.score_answer",
+    ),
+    "vpo_tasks/eureqa.py": (
+        "normalize_entity",
+        "parse_entities",
+        "score_answer",
+        "EureqaTask.parses",
+        "EureqaTask.score_answer",
+    ),
+    "vpo_tasks/tool.py": (
+        "_objects",
+        "_object_stream",
+        "parse_calls",
+        "parse_response",
+        "normalize",
+        "multiset_f1",
+        "set_f1",
+        "_number",
+        "value_match",
+        "align",
+        "score_calls",
+        "gold_calls",
+        "score_answer",
+        "ToolTask.parses",
+        "ToolTask.score_answer",
+    ),
+    "vpo_tasks/lcb_grading.py": (
+        "extract_code",
+        "has_code_block",
+        "split_solutions",
+        "_fenced",
+        "eval_code_block",
+        "eval_solutions",
+        "eval_program",
+        "fingerprint",
+        "compiles",
+        "_decimals",
+        "stdout_matches",
+        "functional_program",
+        "functional_result",
+        "programs_for_tests",
+        "passed",
+        "score_programs",
+    ),
 }
 
 
@@ -75,8 +128,10 @@ def scope_patterns(module: str) -> list[str]:
     """mutmut's names of the mutants a module's score counts, as patterns (none: every mutant): a
     function's read <package>.<module>.x_<function>__mutmut_<n>, a method's xǁ<Class>ǁ<method>."""
     dotted = module.removesuffix(".py").replace("/", ".")
-    return [f"{dotted}.x{'ǁ' if '.' in name else '_'}{name.replace('.', 'ǁ')}__mutmut_*"
-            for name in ONLY_FUNCTIONS.get(module, ())]
+    return [
+        f"{dotted}.x{'ǁ' if '.' in name else '_'}{name.replace('.', 'ǁ')}__mutmut_*"
+        for name in ONLY_FUNCTIONS.get(module, ())
+    ]
 
 
 # mutmut's exit codes per mutant, grouped as the table counts them (mutmut/stats.py)
@@ -113,8 +168,13 @@ def run_module(module: str, tests: list[str], workers: int, keep: bool) -> dict:
     start = time.monotonic()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     patterns = scope_patterns(module)
-    done = subprocess.run([str(MUTMUT), "run", "--max-children", str(workers), *patterns], cwd=root,
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(MUTMUT), "run", "--max-children", str(workers), *patterns],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - start
     meta = root / "mutants" / (module + ".meta")
     if done.returncode != 0 or not meta.is_file():
@@ -123,12 +183,32 @@ def run_module(module: str, tests: list[str], workers: int, keep: bool) -> dict:
     if patterns:  # the meta file lists every mutant of the module; the unrun ones are out of scope
         codes = {key: c for key, c in codes.items() if any(fnmatch.fnmatchcase(key, p) for p in patterns)}
     counts = {"killed": 0, "survived": 0, "untested": 0, "equivalent": 0, "other": 0}
-    counts.update(Counter(("killed" if c in KILLED else "survived" if c in SURVIVED else "untested" if c in UNTESTED
-                           else "equivalent" if c in SKIPPED else "other") for c in codes.values()))
+    counts.update(
+        Counter(
+            (
+                "killed"
+                if c in KILLED
+                else "survived"
+                if c in SURVIVED
+                else "untested"
+                if c in UNTESTED
+                else "equivalent"
+                if c in SKIPPED
+                else "other"
+            )
+            for c in codes.values()
+        )
+    )
     judged = counts["killed"] + counts["survived"] + counts["untested"]
-    result = {"module": module, "mutants": len(codes), **counts, "seconds": round(seconds),
-              "score": counts["killed"] / judged if judged else 1.0,
-              "survivors": sorted(k for k, c in codes.items() if c in SURVIVED | UNTESTED), "scratch": str(root)}
+    result = {
+        "module": module,
+        "mutants": len(codes),
+        **counts,
+        "seconds": round(seconds),
+        "score": counts["killed"] / judged if judged else 1.0,
+        "survivors": sorted(k for k, c in codes.items() if c in SURVIVED | UNTESTED),
+        "scratch": str(root),
+    }
     if not keep:
         shutil.rmtree(root)
     return result
@@ -143,12 +223,18 @@ def main(argv=None) -> int:
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(f"not in tests/mutation.py's MODULES: {unknown}; choose from {sorted(MODULES)}")
-    print(f"{'module':28} {'mutants':>7} {'killed':>6} {'survived':>8} {'untested':>8} {'equiv.':>6} "
-          f"{'score':>6} {'s':>5}", flush=True)
+    print(
+        f"{'module':28} {'mutants':>7} {'killed':>6} {'survived':>8} {'untested':>8} {'equiv.':>6} "
+        f"{'score':>6} {'s':>5}",
+        flush=True,
+    )
     for module in args.modules or MODULES:
         r = run_module(module, MODULES[module], args.workers, keep=args.list)
-        print(f"{module:28} {r['mutants']:7} {r['killed']:6} {r['survived']:8} {r['untested']:8} "
-              f"{r['equivalent']:6} {r['score']:6.1%} {r['seconds']:5}", flush=True)
+        print(
+            f"{module:28} {r['mutants']:7} {r['killed']:6} {r['survived']:8} {r['untested']:8} "
+            f"{r['equivalent']:6} {r['score']:6.1%} {r['seconds']:5}",
+            flush=True,
+        )
         if args.list:
             print(f"  scratch copy: {r['scratch']}")
             for name in r["survivors"]:

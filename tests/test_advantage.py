@@ -72,7 +72,9 @@ def ragged_batch(rng, n_groups=6, with_empty=True):
         ks.append(k)
         for _ in range(int(rng.integers(1, 6))):
             m = int(rng.integers(0 if with_empty else 1, 5))
-            subs.append(None if m == 0 and rng.random() < 0.5 else rng.random((m, k)).round(2) if m else np.zeros((0, k)))
+            subs.append(
+                None if m == 0 and rng.random() < 0.5 else rng.random((m, k)).round(2) if m else np.zeros((0, k))
+            )
             ids.append(f"p{g}")
     perm = rng.permutation(len(subs))  # interleave groups in the batch
     return [subs[i] for i in perm], [ids[i] for i in perm]
@@ -155,15 +157,17 @@ def test_vpo_rejects_weights_it_cannot_use_naming_the_groups_and_shapes():
 
 def test_vpo_raw_scores_defaults_are_100_naive_dirichlet_1_weights_and_take_given_weights():
     subs, ids = ragged_batch(np.random.default_rng(5), with_empty=False)
-    np.testing.assert_array_equal(vpo_raw_scores(subs, ids, rng=3),
-                                  vpo_raw_scores(subs, ids, n_weights=100, alpha=1.0, sampler="naive", rng=3))
+    np.testing.assert_array_equal(
+        vpo_raw_scores(subs, ids, rng=3), vpo_raw_scores(subs, ids, n_weights=100, alpha=1.0, sampler="naive", rng=3)
+    )
     # one weight per group that puts all mass on the first objective: the raw score is the best first objective
     first = {g: np.eye(np.asarray(s).shape[1])[:1] for s, g in zip(subs, ids)}
     expected = [max(row[0] for row in np.asarray(s)) for s in subs]
     np.testing.assert_allclose(vpo_raw_scores(subs, ids, weights=first), expected)
     # a one-objective group takes its given weight too
-    np.testing.assert_allclose(vpo_raw_scores([[[0.3]], [[0.9]]], ["a", "a"], weights={"a": np.full((2, 1), 0.5)}),
-                               [0.15, 0.45])
+    np.testing.assert_allclose(
+        vpo_raw_scores([[[0.3]], [[0.9]]], ["a", "a"], weights={"a": np.full((2, 1), 0.5)}), [0.15, 0.45]
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -244,7 +248,9 @@ def test_grpo_hand_numbers():
     np.testing.assert_allclose(adv, [-1 / (s2 + 1e-6), 5 / (1 + 1e-6), 1 / (s2 + 1e-6)])
     np.testing.assert_allclose(grpo_advantage([1.0, 5.0, 3.0], ["a", "b", "a"], norm_by_std=False), [-1, 5, 1])
     # veRL convention check: unbiased std of [0, 1, 1, 1] = 0.5
-    np.testing.assert_allclose(grpo_advantage([0, 1, 1, 1], [0] * 4), np.array([-0.75, 0.25, 0.25, 0.25]) / (0.5 + 1e-6))
+    np.testing.assert_allclose(
+        grpo_advantage([0, 1, 1, 1], [0] * 4), np.array([-0.75, 0.25, 0.25, 0.25]) / (0.5 + 1e-6)
+    )
 
 
 def test_maxrl_hand_numbers():
@@ -344,19 +350,28 @@ def test_advantage_for_method_dispatch():
     assert diag["advantage/zero_group_frac"] == 0.5
     adv, _ = advantage_for_method("multi_rlvr", scores=scores, sub_scores=subs, group_ids=ids)
     np.testing.assert_allclose(adv, grpo_advantage(scores, ids))
-    adv, _ = advantage_for_method("max_at_k", scores=[0.1, 0.5, 0.3, 0.9], sub_scores=None, group_ids=[0] * 4, settings={"k": 3})
+    adv, _ = advantage_for_method(
+        "max_at_k", scores=[0.1, 0.5, 0.3, 0.9], sub_scores=None, group_ids=[0] * 4, settings={"k": 3}
+    )
     np.testing.assert_allclose(adv, max_at_k_advantage([0.1, 0.5, 0.3, 0.9], [0] * 4, k=3))
     adv, _ = advantage_for_method("maxrl", scores=scores, sub_scores=None, group_ids=ids)
     np.testing.assert_allclose(adv, maxrl_advantage(scores, ids))
     adv, _ = advantage_for_method("gdpo", scores=None, sub_scores=subs, group_ids=ids)
     np.testing.assert_allclose(adv, gdpo_advantage(np.array([[1, 0], [0, 1], [1, 1], [0, 0]]), ids))
     adv, diag = advantage_for_method(
-        "vpo", scores=None, sub_scores=subs, group_ids=ids, settings={"alpha": 1.0, "sampler": "sobol", "n_weights": 16, "m": 3}, rng=4
+        "vpo",
+        scores=None,
+        sub_scores=subs,
+        group_ids=ids,
+        settings={"alpha": 1.0, "sampler": "sobol", "n_weights": 16, "m": 3},
+        rng=4,
     )
     ref, _ = vpo_advantage(subs, ids, alpha=1.0, sampler="sobol", n_weights=16, rng=4)
     np.testing.assert_allclose(adv, ref)
     assert diag["vpo/sampler_code"] == 1.0
-    adv, _ = advantage_for_method("vpo_single", scores=None, sub_scores=[[1, 0], [0, 1], [1, 1], [0, 0]], group_ids=ids, rng=4)
+    adv, _ = advantage_for_method(
+        "vpo_single", scores=None, sub_scores=[[1, 0], [0, 1], [1, 1], [0, 0]], group_ids=ids, rng=4
+    )
     assert adv.shape == (4,)
     with pytest.raises(ValueError, match="needs sub_scores"):
         advantage_for_method("vpo", scores=scores, sub_scores=None, group_ids=ids)
@@ -409,9 +424,13 @@ def test_draw_spread_is_zero_when_weights_cannot_matter():
 
 def test_draw_spread_shrinks_like_one_over_root_w_and_sobol_is_smaller():
     subs, gid = _batch()
-    spread = {(s, w): np.mean([vpo_advantage(subs, gid, n_weights=w, sampler=s, rng=r)[1]["vpo/advantage_draw_std"]
-                               for r in range(5)])
-              for s in ("naive", "sobol") for w in (25, 400)}
+    spread = {
+        (s, w): np.mean(
+            [vpo_advantage(subs, gid, n_weights=w, sampler=s, rng=r)[1]["vpo/advantage_draw_std"] for r in range(5)]
+        )
+        for s in ("naive", "sobol")
+        for w in (25, 400)
+    }
     # i.i.d. Monte Carlo: 16x the weights, a quarter of the spread (ratio 4; over 30 seeds one seed's ratio
     # was 3.3 to 4.7). An unchanged spread gives 1, a spread like 1/W 16, like W^-1/4 2.
     assert 3.2 < spread["naive", 25] / spread["naive", 400] < 4.8
@@ -439,10 +458,14 @@ def test_draw_spread_equals_its_definition():
     # the advantages of 4 redraws (seeded by the raw scores' digest), their ddof-1 std per rollout, averaged
     subs, gid = _batch(seed=4, groups=3, size=4, k=3)
     raw = vpo_raw_scores(subs, gid, n_weights=20, rng=0)
-    seed = int.from_bytes(hashlib.blake2b(np.asarray(raw, dtype=np.float64).tobytes(), digest_size=8).digest(), "little")
+    seed = int.from_bytes(
+        hashlib.blake2b(np.asarray(raw, dtype=np.float64).tobytes(), digest_size=8).digest(), "little"
+    )
     rng = np.random.default_rng(seed)
-    draws = [vpo_reference(subs, list(gid), draw_group_weights(group_ks_in_order(subs, gid), 20, rng=rng))[0]
-             for _ in range(4)]
+    draws = [
+        vpo_reference(subs, list(gid), draw_group_weights(group_ks_in_order(subs, gid), 20, rng=rng))[0]
+        for _ in range(4)
+    ]
     expected = np.mean([np.std([d[j] for d in draws], ddof=1) for j in range(len(subs))])
     got = advantage_draw_spread(subs, gid, raw, n_weights=20, alpha=1.0, sampler="naive")
     assert got == pytest.approx(expected, rel=1e-9)
@@ -472,12 +495,20 @@ def test_gdpo_through_the_method_table_reads_channels_settings_and_lengths():
     subs = [[[1, 0]], [[0, 1]], [[1, 1]], [[0, 0]], "[[1, 0]]", [0.5]]  # a shorter vector pads with 0
     channels = np.array([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0.5, 0]])
     lengths = [3, 1, 7, 2, 5, 4]
-    adv, _ = advantage_for_method("gdpo", scores=None, sub_scores=subs, group_ids=ids,
-                                  settings={"channel_weights": [2.0, 1.0]}, response_lengths=lengths)
+    adv, _ = advantage_for_method(
+        "gdpo",
+        scores=None,
+        sub_scores=subs,
+        group_ids=ids,
+        settings={"channel_weights": [2.0, 1.0]},
+        response_lengths=lengths,
+    )
     np.testing.assert_allclose(adv, gdpo_advantage(channels, ids, channel_weights=[2.0, 1.0], response_lengths=lengths))
     assert not np.allclose(adv, gdpo_advantage(channels, ids, channel_weights=[2.0, 1.0]))
-    for rows, message in (([[[1, 0]], [[1, 0], [0, 1], [1, 1]], [[1, 0], [0, 1]]], "rollout 1 has 3"),
-                          ([[[1, 0]], [[1, 0], [0, 1]]], "rollout 1 has 2")):
+    for rows, message in (
+        ([[[1, 0]], [[1, 0], [0, 1], [1, 1]], [[1, 0], [0, 1]]], "rollout 1 has 3"),
+        ([[[1, 0]], [[1, 0], [0, 1]]], "rollout 1 has 2"),
+    ):
         with pytest.raises(ValueError, match=f"^gdpo expects one answer per rollout, {message}$"):
             advantage_for_method("gdpo", scores=None, sub_scores=rows, group_ids=[0] * len(rows))
 
@@ -485,16 +516,23 @@ def test_gdpo_through_the_method_table_reads_channels_settings_and_lengths():
 def test_batch_diagnostics_by_hand():
     # GRPO on groups a = (1, 0), b = (0.5, 0.5) and c = (0.3): a's unbiased std is 1/sqrt(2), b does not
     # move, c alone keeps its score (mean 0, std 1)
-    adv, diag = advantage_for_method("grpo", scores=[1.0, 0.0, 0.5, 0.5, 0.3], sub_scores=None,
-                                     group_ids=["a", "a", "b", "b", "c"])
+    adv, diag = advantage_for_method(
+        "grpo", scores=[1.0, 0.0, 0.5, 0.5, 0.3], sub_scores=None, group_ids=["a", "a", "b", "b", "c"]
+    )
     half, alone = 0.5 / (math.sqrt(0.5) + 1e-6), 0.3 / (1 + 1e-6)
     np.testing.assert_allclose(adv, [half, -half, 0.0, 0.0, alone])
     mean = alone / 5
     std = math.sqrt((2 * half**2 + alone**2) / 5 - mean**2)
-    assert diag == pytest.approx({"advantage/mean": mean, "advantage/std": std,
-                                  "advantage/abs_max": half, "advantage/zero_group_frac": 1 / 3})
+    assert diag == pytest.approx(
+        {"advantage/mean": mean, "advantage/std": std, "advantage/abs_max": half, "advantage/zero_group_frac": 1 / 3}
+    )
     _, empty = advantage_for_method("grpo", scores=[], sub_scores=None, group_ids=[])
-    assert empty == {"advantage/mean": 0.0, "advantage/std": 0.0, "advantage/abs_max": 0.0, "advantage/zero_group_frac": 0.0}
+    assert empty == {
+        "advantage/mean": 0.0,
+        "advantage/std": 0.0,
+        "advantage/abs_max": 0.0,
+        "advantage/zero_group_frac": 0.0,
+    }
     with pytest.raises(ValueError, match=r"^method 'grpo' needs scores \(one scalar per rollout\)$"):
         advantage_for_method("grpo", scores=None, sub_scores=[[[1.0]]], group_ids=[0])
 

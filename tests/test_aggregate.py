@@ -7,19 +7,37 @@ import math
 import pandas as pd
 import pytest
 
-from vpo.report.aggregate import (aggregate_evals, aggregate_training, read_metrics_jsonl,
-                           training_curve_stats, write_csv)
+from vpo.report.aggregate import (
+    aggregate_evals,
+    aggregate_training,
+    read_metrics_jsonl,
+    training_curve_stats,
+    write_csv,
+)
 
 
 def write_eval(dir_, task, method, train_seed, eval_seed, best, diversity, *, budget=3, objectives=None):
     """An evalseed{e}.json with the keys `vpo eval` writes (INTERFACES.md)."""
     path = dir_ / f"{task}_{method}_seed{train_seed}_evalseed{eval_seed}.json"
-    path.write_text(json.dumps({
-        "task": task, "method": method, "train_seed": train_seed, "eval_seed": eval_seed, "budget": budget,
-        "n_problems": 4, "pass_at_k": [b / 2 for b in best], "best_at_k": best, "best_at_k_perm": best,
-        "expected_best_of_m": 0.5, "diversity": diversity, "parse_failure_rate": 0.0,
-        "objective_means": objectives or {"completion": 0.25},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "task": task,
+                "method": method,
+                "train_seed": train_seed,
+                "eval_seed": eval_seed,
+                "budget": budget,
+                "n_problems": 4,
+                "pass_at_k": [b / 2 for b in best],
+                "best_at_k": best,
+                "best_at_k_perm": best,
+                "expected_best_of_m": 0.5,
+                "diversity": diversity,
+                "parse_failure_rate": 0.0,
+                "objective_means": objectives or {"completion": 0.25},
+            }
+        )
+    )
     return path
 
 
@@ -27,12 +45,15 @@ def write_eval(dir_, task, method, train_seed, eval_seed, best, diversity, *, bu
 def three_seeds(tmp_path):
     """vpo on maze, training seeds 0..2, two eval seeds each."""
     data = {  # train seed -> [(best_at_k curve, diversity) per eval seed]
-        0: [([0.2, 0.4, 0.5], 1.0), ([0.4, 0.6, 0.7], 0.5)],   # averages: [0.3, 0.5, 0.6], 0.75
-        1: [([0.1, 0.2, 0.3], 0.2), ([0.3, 0.4, 0.5], 0.4)],   # averages: [0.2, 0.3, 0.4], 0.30
-        2: [([0.5, 0.6, 0.8], 0.9), ([0.5, 0.8, 0.8], 0.9)],   # averages: [0.5, 0.7, 0.8], 0.90
+        0: [([0.2, 0.4, 0.5], 1.0), ([0.4, 0.6, 0.7], 0.5)],  # averages: [0.3, 0.5, 0.6], 0.75
+        1: [([0.1, 0.2, 0.3], 0.2), ([0.3, 0.4, 0.5], 0.4)],  # averages: [0.2, 0.3, 0.4], 0.30
+        2: [([0.5, 0.6, 0.8], 0.9), ([0.5, 0.8, 0.8], 0.9)],  # averages: [0.5, 0.7, 0.8], 0.90
     }
-    return [write_eval(tmp_path, "maze", "vpo", s, e, best, div)
-            for s, evals in data.items() for e, (best, div) in enumerate(evals)]
+    return [
+        write_eval(tmp_path, "maze", "vpo", s, e, best, div)
+        for s, evals in data.items()
+        for e, (best, div) in enumerate(evals)
+    ]
 
 
 def row(summary, metric, k=None):
@@ -68,9 +89,11 @@ def test_mean_and_stderr_over_training_seeds(three_seeds):
 def test_eval_seeds_are_averaged_before_training_seeds(tmp_path):
     # seed 0 has eval seeds 0.2 and 0.4 (average 0.3), seed 1 one eval seed 0.9. Averaging inside
     # training seeds first gives (0.3 + 0.9) / 2 = 0.6; pooling all three values would give 0.5.
-    paths = [write_eval(tmp_path, "maze", "grpo", 0, 0, [0.2], 0.0, budget=1),
-             write_eval(tmp_path, "maze", "grpo", 0, 1, [0.4], 0.0, budget=1),
-             write_eval(tmp_path, "maze", "grpo", 1, 0, [0.9], 0.0, budget=1)]
+    paths = [
+        write_eval(tmp_path, "maze", "grpo", 0, 0, [0.2], 0.0, budget=1),
+        write_eval(tmp_path, "maze", "grpo", 0, 1, [0.4], 0.0, budget=1),
+        write_eval(tmp_path, "maze", "grpo", 1, 0, [0.9], 0.0, budget=1),
+    ]
     _, summary = aggregate_evals(paths)
     k1 = row(summary, "best_at_k", 1)
     assert k1["mean"] == pytest.approx(0.6)
@@ -85,9 +108,11 @@ def test_single_seed_has_no_stderr(tmp_path):
 
 
 def test_methods_and_tasks_are_kept_apart(tmp_path):
-    paths = [write_eval(tmp_path, "maze", "vpo", 0, 0, [1.0], 0.0, budget=1),
-             write_eval(tmp_path, "maze", "grpo", 0, 0, [0.0], 0.0, budget=1),
-             write_eval(tmp_path, "tool", "vpo", 0, 0, [0.5], 0.0, budget=1)]
+    paths = [
+        write_eval(tmp_path, "maze", "vpo", 0, 0, [1.0], 0.0, budget=1),
+        write_eval(tmp_path, "maze", "grpo", 0, 0, [0.0], 0.0, budget=1),
+        write_eval(tmp_path, "tool", "vpo", 0, 0, [0.5], 0.0, budget=1),
+    ]
     _, summary = aggregate_evals(paths)
     best = summary[summary.metric == "best_at_k"].set_index(["task", "method"])["mean"]
     assert best.to_dict() == {("maze", "grpo"): 0.0, ("maze", "vpo"): 1.0, ("tool", "vpo"): 0.5}
@@ -125,19 +150,35 @@ def make_cell(root, task, method, seed, lines):
 
 
 def test_both_metrics_line_formats(tmp_path):
-    local = make_cell(tmp_path, "maze", "vpo", 0, [
-        json.dumps({"step": 1, "pool_diversity": 0.2, "score_mean": 0.1, "vpo/advantage_draw_std": 0.05}) + "\n",
-        json.dumps({"step": 2, "pool_diversity": 0.4, "vpo/advantage_draw_std": 0.03}) + "\n",
-        '{"step": 3, "pool_div',  # cut off by a killed trainer: ignored
-    ])
-    verl = make_cell(tmp_path, "maze", "vpo", 1, [  # veRL's file logger: {"step", "data": {...}}
-        json.dumps({"step": 1, "data": {"vpo/pool_diversity": 0.6, "critic/score/mean": 0.3}}) + "\n",
-        json.dumps({"step": 2, "data": {"vpo/pool_diversity": 0.8}}) + "\n",
-        json.dumps({"step": 2, "data": {"val-core/maze/acc/mean@3": 0.5}}) + "\n",  # no diversity: skipped
-    ])
+    local = make_cell(
+        tmp_path,
+        "maze",
+        "vpo",
+        0,
+        [
+            json.dumps({"step": 1, "pool_diversity": 0.2, "score_mean": 0.1, "vpo/advantage_draw_std": 0.05}) + "\n",
+            json.dumps({"step": 2, "pool_diversity": 0.4, "vpo/advantage_draw_std": 0.03}) + "\n",
+            '{"step": 3, "pool_div',  # cut off by a killed trainer: ignored
+        ],
+    )
+    verl = make_cell(
+        tmp_path,
+        "maze",
+        "vpo",
+        1,
+        [  # veRL's file logger: {"step", "data": {...}}
+            json.dumps({"step": 1, "data": {"vpo/pool_diversity": 0.6, "critic/score/mean": 0.3}}) + "\n",
+            json.dumps({"step": 2, "data": {"vpo/pool_diversity": 0.8}}) + "\n",
+            json.dumps({"step": 2, "data": {"val-core/maze/acc/mean@3": 0.5}}) + "\n",  # no diversity: skipped
+        ],
+    )
     curves = aggregate_training([local, verl])
-    assert curves.iloc[:, :5].values.tolist() == [["maze", "vpo", 0, 1, 0.2], ["maze", "vpo", 0, 2, 0.4],
-                                                  ["maze", "vpo", 1, 1, 0.6], ["maze", "vpo", 1, 2, 0.8]]
+    assert curves.iloc[:, :5].values.tolist() == [
+        ["maze", "vpo", 0, 1, 0.2],
+        ["maze", "vpo", 0, 2, 0.4],
+        ["maze", "vpo", 1, 1, 0.6],
+        ["maze", "vpo", 1, 2, 0.8],
+    ]
     # the advantage's spread over weight draws where it is logged, NaN where not
     assert curves.advantage_draw_std.tolist()[:2] == [0.05, 0.03] and curves.advantage_draw_std[2:].isna().all()
     assert training_curve_stats(curves, "advantage_draw_std")["mean"].tolist()[:2] == pytest.approx([0.05, 0.03])

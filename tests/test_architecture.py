@@ -58,9 +58,21 @@ def test_no_import_circle():
 
 def test_engine_modules_import_no_task_and_not_the_cpu_trainer():
     known = modules()
-    for name in ("vpo.task", "vpo.evaluate", "vpo.generate", "vpo.reward", "vpo.prompts", "vpo.advantage",
-                 "vpo.method_advantage", "vpo.metrics", "vpo.data", "vpo.settings", "vpo.config", "vpo.config_checks",
-                 "vpo.overrides"):
+    for name in (
+        "vpo.task",
+        "vpo.evaluate",
+        "vpo.generate",
+        "vpo.reward",
+        "vpo.prompts",
+        "vpo.advantage",
+        "vpo.method_advantage",
+        "vpo.metrics",
+        "vpo.data",
+        "vpo.settings",
+        "vpo.config",
+        "vpo.config_checks",
+        "vpo.overrides",
+    ):
         bad = {m for m in imports(known[name], top_level_only=False) if m.startswith(("vpo_tasks", "vpo.local"))}
         assert not bad, f"{name} imports {sorted(bad)}"
 
@@ -87,14 +99,20 @@ def test_documents_cited_are_in_the_repository():
     import re
     import subprocess
 
-    notes = re.compile(r"(?<![\w/.-])([\w./-]*\b(?:tasks|DESIGN|verl|verl-cpu|paper|snakemake|style-anchors)\.md)\b"
-                       r"|\bDESIGN section\b")
+    notes = re.compile(
+        r"(?<![\w/.-])([\w./-]*\b(?:tasks|DESIGN|verl|verl-cpu|paper|snakemake|style-anchors)\.md)\b"
+        r"|\bDESIGN section\b"
+    )
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     bad = []
     for name in files:
         path = REPO / name
-        if path.suffix not in {".py", ".md", ".smk", ".yaml", ".yml", ".json", ".rst", ".toml", ".txt", ""} \
-                or not path.is_file() or "fixtures" in path.parts and path.suffix not in {".json", ".md"}:
+        if (
+            path.suffix not in {".py", ".md", ".smk", ".yaml", ".yml", ".json", ".rst", ".toml", ".txt", ""}
+            or not path.is_file()
+            or "fixtures" in path.parts
+            and path.suffix not in {".json", ".md"}
+        ):
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
             for match in notes.finditer(line):
@@ -121,8 +139,11 @@ def test_the_architecture_doc_lists_what_each_module_imports():
                 continue
             module = f"{package}.{names[0]}"
             listed = set() if cells[2] == "nothing" else {item.split(" (")[0] for item in cells[2].split(", ")}
-            actual = {name.removeprefix("vpo.") for name in imports(known[module], top_level_only=False)
-                      if name != module and name != "vpo"}
+            actual = {
+                name.removeprefix("vpo.")
+                for name in imports(known[module], top_level_only=False)
+                if name != module and name != "vpo"
+            }
             assert listed == actual, f"{module}: the doc lists {sorted(listed)}, the file imports {sorted(actual)}"
             checked += 1
     assert checked >= 30
@@ -132,9 +153,15 @@ def test_every_test_a_document_cites_exists():
     """docs/reliability.md keeps each promise with a named test: the names must be real tests."""
     import re
 
-    cited = {(path, name) for doc in (REPO / "docs").glob("*.md")
-             for path, name in re.findall(r"(tests/\w+\.py)::(\w+)", doc.read_text())}
+    cited = {
+        (path, name)
+        for doc in (REPO / "docs").glob("*.md")
+        for path, name in re.findall(r"(tests/\w+\.py)::(\w+)", doc.read_text())
+    }
     assert cited, "no test is cited"
-    missing = [f"{path}::{name}" for path, name in sorted(cited)
-               if not re.search(rf"^def {name}\(", (REPO / path).read_text(), re.M)]
+    missing = [
+        f"{path}::{name}"
+        for path, name in sorted(cited)
+        if not re.search(rf"^def {name}\(", (REPO / path).read_text(), re.M)
+    ]
     assert not missing, f"cited tests that do not exist: {missing}"

@@ -91,4 +91,3 @@ def test_another_hosts_temporary_is_never_judged_by_a_local_pid(tmp_path):
     for path in (other, mine):
         path.write_text("partial")
     assert remove_stale_tmp(target) == [mine] and other.exists()
-

@@ -108,9 +108,29 @@ def test_vpo_train_refuses_a_cell_another_trainer_holds(tmp_path, tiny_maze_data
     try:
         started = time.time()
         with pytest.raises(CellBusy, match=rf"pid {proc.pid} \(vpo train"):
-            main(["train", "--backend", "local", "--task", "maze", "--method", "grpo", "--seed", "0",
-                  "--data", str(tiny_maze_data), "--base-model", str(tiny_base_model), "--out", str(cell),
-                  "--preset", "ci", "--config", str(REPO / "config.yaml")])
+            main(
+                [
+                    "train",
+                    "--backend",
+                    "local",
+                    "--task",
+                    "maze",
+                    "--method",
+                    "grpo",
+                    "--seed",
+                    "0",
+                    "--data",
+                    str(tiny_maze_data),
+                    "--base-model",
+                    str(tiny_base_model),
+                    "--out",
+                    str(cell),
+                    "--preset",
+                    "ci",
+                    "--config",
+                    str(REPO / "config.yaml"),
+                ]
+            )
         assert time.time() - started < 30  # at once, before any model loads
         assert not (cell / "metrics.jsonl").exists()
     finally:
@@ -136,8 +156,9 @@ def test_an_aggregate_stops_at_a_cell_being_trained_before_reading_it(tmp_path):
         main(["aggregate", "training", "--out", str(tmp_path / "curves.csv"), str(cell / "train.json")])
 
 
-def test_vpo_train_over_a_finished_cell_removes_its_marker_before_writing(tmp_path, tiny_maze_data, tiny_base_model,
-                                                                        capsys):
+def test_vpo_train_over_a_finished_cell_removes_its_marker_before_writing(
+    tmp_path, tiny_maze_data, tiny_base_model, capsys
+):
     """By hand over a finished cell, then killed: the old train.json once stood beside the new run's
     metrics, and merge failed naming the wrong thing."""
     from vpo.cli import main
@@ -145,9 +166,30 @@ def test_vpo_train_over_a_finished_cell_removes_its_marker_before_writing(tmp_pa
     cell = tmp_path / "run"
     cell.mkdir()
     (cell / "train.json").write_text('{"backend": "local", "task": "maze", "method": "grpo", "seed": 0}')
-    cmd = [sys.executable, "-m", "vpo.cli", "train", "--backend", "local", "--task", "maze", "--method", "grpo",
-           "--seed", "0", "--data", str(tiny_maze_data), "--base-model", str(tiny_base_model), "--out", str(cell),
-           "--preset", "ci", "--config", str(REPO / "config.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vpo.cli",
+        "train",
+        "--backend",
+        "local",
+        "--task",
+        "maze",
+        "--method",
+        "grpo",
+        "--seed",
+        "0",
+        "--data",
+        str(tiny_maze_data),
+        "--base-model",
+        str(tiny_base_model),
+        "--out",
+        str(cell),
+        "--preset",
+        "ci",
+        "--config",
+        str(REPO / "config.yaml"),
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
@@ -192,9 +234,31 @@ def test_a_refused_rerun_leaves_the_running_trainers_log_in_place(tmp_path, tiny
     try:
         log.unlink()  # what Snakemake does before it starts a job
         with pytest.raises(CellBusy):
-            main(["train", "--backend", "local", "--task", "maze", "--method", "grpo", "--seed", "0",
-                  "--data", str(tiny_maze_data), "--base-model", str(tiny_base_model), "--out", str(cell),
-                  "--preset", "ci", "--config", str(REPO / "config.yaml"), "--log", str(log)])
+            main(
+                [
+                    "train",
+                    "--backend",
+                    "local",
+                    "--task",
+                    "maze",
+                    "--method",
+                    "grpo",
+                    "--seed",
+                    "0",
+                    "--data",
+                    str(tiny_maze_data),
+                    "--base-model",
+                    str(tiny_base_model),
+                    "--out",
+                    str(cell),
+                    "--preset",
+                    "ci",
+                    "--config",
+                    str(REPO / "config.yaml"),
+                    "--log",
+                    str(log),
+                ]
+            )
         before = log.read_text()
         assert before.startswith("step 1\n") and "is in use" not in before
         time.sleep(0.5)
@@ -203,9 +267,11 @@ def test_a_refused_rerun_leaves_the_running_trainers_log_in_place(tmp_path, tiny
         proc.kill()
         proc.wait()
     # the next job at that path: the killed one's file is kept as failed, its own log replaces the path
-    code = ("from vpo import joblog\n"
-            f"own = joblog.start({str(log)!r})\nprint('next job', flush=True)\njoblog.finish({str(log)!r}, failed=False)\n"
-            "print(own.exists())")
+    code = (
+        "from vpo import joblog\n"
+        f"own = joblog.start({str(log)!r})\nprint('next job', flush=True)\njoblog.finish({str(log)!r}, failed=False)\n"
+        "print(own.exists())"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     kept = list(log.parent.glob("train.log.failed-*"))
     assert len(kept) == 1 and kept[0].read_text().startswith("step 1\n")

@@ -18,8 +18,17 @@ def per_problem(values):
             metric, _, k = key.partition("@")
             for seed, row in enumerate(np.asarray(matrix, dtype=float)):
                 for problem, value in enumerate(row):
-                    rows.append({"task": "maze", "method": method, "train_seed": seed, "problem": problem,
-                                 "metric": metric, "k": float(k) if k else np.nan, "value": value})
+                    rows.append(
+                        {
+                            "task": "maze",
+                            "method": method,
+                            "train_seed": seed,
+                            "problem": problem,
+                            "metric": metric,
+                            "k": float(k) if k else np.nan,
+                            "value": value,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -29,8 +38,11 @@ def run_of(vpo_shift, seeds=5, problems=12, seed=0):
     out = {}
     for method, shift in (("vpo", vpo_shift), ("grpo", 0.0), ("max_at_k", 0.0)):
         base = rng.random((seeds, problems)) * 0.2
-        out[method] = {"best_at_k@1": 0.5 + base - shift, "best_at_k@30": 0.7 + base + shift,
-                       "diversity": 0.4 + rng.random((seeds, problems)) * 0.2 + shift}
+        out[method] = {
+            "best_at_k@1": 0.5 + base - shift,
+            "best_at_k@30": 0.7 + base + shift,
+            "diversity": 0.4 + rng.random((seeds, problems)) * 0.2 + shift,
+        }
     return per_problem(out)
 
 
@@ -65,18 +77,46 @@ def test_one_method_that_flips_a_claim_fails_it():
 def test_run_prints_the_numbers_and_exits_1_when_a_claim_fails(tmp_path, capsys):
     agg = tmp_path / "aggregate"
     agg.mkdir()
-    summary = pd.DataFrame([
-        {"task": "maze", "method": m, "metric": metric, "k": k, "mean": v, "stderr": 0.01, "n_seeds": 5}
-        for m, (b1, b30, d) in {"grpo": (0.5, 0.6, 0.2), "vpo": (0.4, 0.7, 1.1)}.items()
-        for metric, k, v in (("best_at_k", 1, b1), ("best_at_k", 30, b30), ("diversity", np.nan, d))])
+    summary = pd.DataFrame(
+        [
+            {"task": "maze", "method": m, "metric": metric, "k": k, "mean": v, "stderr": 0.01, "n_seeds": 5}
+            for m, (b1, b30, d) in {"grpo": (0.5, 0.6, 0.2), "vpo": (0.4, 0.7, 1.1)}.items()
+            for metric, k, v in (("best_at_k", 1, b1), ("best_at_k", 30, b30), ("diversity", np.nan, d))
+        ]
+    )
     summary.to_csv(agg / "summary.csv", index=False)
-    pd.DataFrame([{"task": "maze", "method": m, "iteration": it, "metric": "solved", "mean": v, "stderr": 0.1,
-                   "n_seeds": 5, "n_problems": 6} for m, v in (("grpo", 4.0), ("vpo", 5.6)) for it in (10, 20)]
-                 ).to_csv(agg / "evolve_maze.csv", index=False)
+    pd.DataFrame(
+        [
+            {
+                "task": "maze",
+                "method": m,
+                "iteration": it,
+                "metric": "solved",
+                "mean": v,
+                "stderr": 0.1,
+                "n_seeds": 5,
+                "n_problems": 6,
+            }
+            for m, v in (("grpo", 4.0), ("vpo", 5.6))
+            for it in (10, 20)
+        ]
+    ).to_csv(agg / "evolve_maze.csv", index=False)
     run_of(0.3).to_csv(agg / "per_problem.csv", index=False)
-    curves = pd.DataFrame([{"task": "maze", "method": method, "seed": seed, "step": step, "advantage_draw_std": np.nan,
-                            "pool_diversity": (1.0 + seed / 10 if step <= 5 else 0.25) if method == "grpo" else 0.8}
-                           for method in ("grpo", "vpo") for seed in (0, 1) for step in range(1, 21)])
+    curves = pd.DataFrame(
+        [
+            {
+                "task": "maze",
+                "method": method,
+                "seed": seed,
+                "step": step,
+                "advantage_draw_std": np.nan,
+                "pool_diversity": (1.0 + seed / 10 if step <= 5 else 0.25) if method == "grpo" else 0.8,
+            }
+            for method in ("grpo", "vpo")
+            for seed in (0, 1)
+            for step in range(1, 21)
+        ]
+    )
     curves.to_csv(agg / "training_curves.csv", index=False)
     args = type("Args", (), {"results": str(tmp_path), "reference": "vpo", "reps": 300})
     assert run(args) == 0
@@ -103,7 +143,9 @@ def test_the_training_bound_is_the_one_sided_t_bound():
     # changes -0.6, -0.5, -0.7: mean -0.6, sd 0.1, t(0.95, 2) = 2.919986: bound -0.6 + 2.919986 * 0.1 / sqrt(3)
     mean, bound = trend_bound(pd.Series([-0.6, -0.5, -0.7]), "falls")
     assert mean == pytest.approx(-0.6) and bound == pytest.approx(-0.6 + 2.919986 * 0.1 / np.sqrt(3), rel=1e-6)
-    assert trend_bound(pd.Series([0.6, 0.5, 0.7]), "rises")[1] == pytest.approx(0.6 - 2.919986 * 0.1 / np.sqrt(3), rel=1e-6)
+    assert trend_bound(pd.Series([0.6, 0.5, 0.7]), "rises")[1] == pytest.approx(
+        0.6 - 2.919986 * 0.1 / np.sqrt(3), rel=1e-6
+    )
     # four seeds fall a lot and one rises a little: still a clear fall
     assert trend_bound(pd.Series([-0.6, -0.7, -0.5, -0.6, 0.05]), "falls")[1] < 0
     assert np.isnan(trend_bound(pd.Series([-0.6]), "falls")[1])
@@ -116,6 +158,7 @@ def test_missing_results_name_the_command(tmp_path):
 
 
 def test_numbers_without_a_search():
-    summary = pd.DataFrame([{"task": "maze", "method": "vpo", "metric": "best_at_k", "k": 4, "mean": 0.5,
-                             "stderr": np.nan, "n_seeds": 1}])
+    summary = pd.DataFrame(
+        [{"task": "maze", "method": "vpo", "metric": "best_at_k", "k": 4, "mean": 0.5, "stderr": np.nan, "n_seeds": 1}]
+    )
     assert "best@1 -  best@4 0.500 (nan)  pool diversity -  seeds 1" in numbers(summary, None)

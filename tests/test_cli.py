@@ -48,8 +48,26 @@ def test_a_stage_error_is_one_line_and_a_nonzero_exit(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     (base / "config.json").write_text("{}")
-    argv = [sys.executable, "-m", "vpo.cli", "train", "--backend", "local", "--task", "maze", "--method", "grpo",
-            "--seed", "0", "--data", str(data), "--base-model", str(base), "--out", str(tmp_path / "run")]
+    argv = [
+        sys.executable,
+        "-m",
+        "vpo.cli",
+        "train",
+        "--backend",
+        "local",
+        "--task",
+        "maze",
+        "--method",
+        "grpo",
+        "--seed",
+        "0",
+        "--data",
+        str(data),
+        "--base-model",
+        str(base),
+        "--out",
+        str(tmp_path / "run"),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "VPO_DEBUG"}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
     lines = [line for line in done.stderr.splitlines() if line.startswith("vpo ")]
@@ -72,15 +90,25 @@ def one_line_error(argv, cwd):
     return lines[0]
 
 
-@pytest.mark.parametrize("name, content, argv, words", [
-    ("evalseed0.json", "{not json", ["aggregate", "evals", "--out-dir", "agg"], "is not readable JSON"),
-    ("train.json", "[1, 2]", ["aggregate", "training", "--out", "curves.csv"], "holds a JSON list, not an object"),
-    ("summary.csv", "", ["table", "main", "--best-at", "6", "--methods", "grpo", "--tasks", "maze", "--out", "t.md",
-                         "--summary"], "is empty"),
-    ("summary.csv", "task,method,metric,k,mean,stderr,n_seeds\n",
-     ["plot", "pass_at_k", "--methods", "grpo", "--tasks", "maze", "--out", "x.pdf", "--summary"],
-     "has a header but no rows"),
-])
+@pytest.mark.parametrize(
+    "name, content, argv, words",
+    [
+        ("evalseed0.json", "{not json", ["aggregate", "evals", "--out-dir", "agg"], "is not readable JSON"),
+        ("train.json", "[1, 2]", ["aggregate", "training", "--out", "curves.csv"], "holds a JSON list, not an object"),
+        (
+            "summary.csv",
+            "",
+            ["table", "main", "--best-at", "6", "--methods", "grpo", "--tasks", "maze", "--out", "t.md", "--summary"],
+            "is empty",
+        ),
+        (
+            "summary.csv",
+            "task,method,metric,k,mean,stderr,n_seeds\n",
+            ["plot", "pass_at_k", "--methods", "grpo", "--tasks", "maze", "--out", "x.pdf", "--summary"],
+            "has a header but no rows",
+        ),
+    ],
+)
 def test_damaged_inputs_name_the_file_and_the_rebuild_command(tmp_path, name, content, argv, words):
     (tmp_path / name).write_text(content)
     line = one_line_error([*argv, name], tmp_path)
@@ -95,6 +123,24 @@ def test_a_damaged_model_names_the_directory(tmp_path):
     from vpo.task import TASKS
 
     TASKS["maze"].preprocess(str(data), {"train_size": 1, "test_size": 1})
-    line = one_line_error(["eval", "--model", "model", "--task", "maze", "--method", "grpo", "--data", "data",
-                           "--seed", "0", "--config", str(REPO / "config.yaml"), "--out", "e.parquet"], tmp_path)
+    line = one_line_error(
+        [
+            "eval",
+            "--model",
+            "model",
+            "--task",
+            "maze",
+            "--method",
+            "grpo",
+            "--data",
+            "data",
+            "--seed",
+            "0",
+            "--config",
+            str(REPO / "config.yaml"),
+            "--out",
+            "e.parquet",
+        ],
+        tmp_path,
+    )
     assert "model is not a loadable model" in line and "snakemake --cores all -f model" in line

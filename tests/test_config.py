@@ -6,8 +6,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vpo.config import (ConfigError, cell_settings, deep_merge, load_config, method_settings, resolve_config,
-                        settings_digest, task_settings, write_config)
+from vpo.config import (
+    ConfigError,
+    cell_settings,
+    deep_merge,
+    load_config,
+    method_settings,
+    resolve_config,
+    settings_digest,
+    task_settings,
+    write_config,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config.yaml"
@@ -62,52 +71,115 @@ def test_overrides_merge_last(raw):
     assert task_settings(cfg, "maze")["eval"]["budget"] == 30
 
 
-@pytest.mark.parametrize("mutate, key, words", [
-    (lambda c: c["methods"].append("dpo"), "methods", "'dpo' is neither a method (grpo, gdpo"),
-    (lambda c: c.__setitem__("seeds", [0, -1]), "seeds[1]", "less than the minimum of 0"),
-    (lambda c: c["tasks"].append("chess"), "tasks", "'chess' has no settings; add task_settings.chess"),
-    (lambda c: c["task_settings"]["maze"].pop("m"), "task_settings.maze", "'m' is a required property"),
-    (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", "thirty"), "task_settings.maze.eval.budget",
-     "is not of type 'integer'"),
-    (lambda c: c.__setitem__("seed", [0]), "<top level>", "('seed' was unexpected)"),
-    (lambda c: c["method_settings"]["vpo"].__setitem__("sampler", "halton"), "method_settings.vpo.sampler",
-     "'halton' is not one of"),
-    (lambda c: c["presets"]["paper"].__setitem__("method", ["vpo"]), "presets.paper", "('method' was unexpected)"),
-    # every key is checked at parse time, also those only one trainer or estimator reads
-    (lambda c: c["method_settings"]["vpo"].__setitem__("alpah", 0.5), "method_settings.vpo", "('alpah' was unexpected)"),
-    (lambda c: c["method_settings"]["grpo"].__setitem__("alpha", 0.5), "method_settings.grpo.alpha",
-     "grpo does not take 'alpha'"),
-    (lambda c: c["local_trainer"].__setitem__("lrr", 1e-3), "local_trainer", "('lrr' was unexpected)"),
-    (lambda c: c["local_trainer"].pop("steps"), "local_trainer", "'steps' is a required property"),
-    (lambda c: c["local_trainer"].__setitem__("steps", 2.5), "local_trainer.steps", "is not of type 'integer'"),
-    (lambda c: c["local_trainer"].__setitem__("lr", -1.0), "local_trainer.lr", "-1.0 is less than or equal to the minimum of 0"),
-    (lambda c: c["local_trainer"].__setitem__("top_p", 1.5), "local_trainer.top_p", "1.5 is greater than the maximum of 1"),
-    (lambda c: c["local_trainer"].__setitem__("rollouts_per_prompt", 1), "local_trainer.rollouts_per_prompt",
-     "1 is less than the minimum of 2"),
-    (lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", 31), "task_settings.maze.eval.budget",
-     "31 candidates are not whole groups of m = 3 (multi_rlvr, vpo, vpo_alpha_0.1"),
-    # MuSiQue shows goal_cond a fresh weight vector per m samples, so the budget must hold whole groups
-    (lambda c: (c.__setitem__("methods", ["grpo", "goal_cond"]), c["task_settings"]["musique"]["eval"].__setitem__("budget", 31)),
-     "task_settings.musique.eval.budget", "31 candidates are not whole groups of m = 3 (goal_cond fill"),
-    (lambda c: c["task_settings"]["musique"]["eval"].__setitem__("goal_weights", "per_row"),
-     "task_settings.musique.eval.goal_weights", "'per_row' is not one of ['none', 'per_chain', 'per_problem']"),
-    (lambda c: c["evolve"].__setitem__("select_methods", ["grpo", "vpo", "maxrl2"]), "evolve.select_methods",
-     "['maxrl2'] are not in methods"),
-    (lambda c: c.__setitem__("methods", ["grpo", "max_at_k"]), "evolve.select_methods",
-     "['vpo'] are not in methods"),
-    (lambda c: c["task_settings"]["tool"]["eval"].__setitem__("max_new_tokens", 1024),
-     "task_settings.tool.eval.max_new_tokens", "1024 is not of type 'object'"),
-    (lambda c: c["method_settings"]["max_at_k"].__setitem__("k", 8), "method_settings.max_at_k.k",
-     "a subset of 8 does not fit a group of verl.batch_presets.up_to_4b.rollout_n = 8"),
-    (lambda c: (c["tasks"].append("chess"), c["task_settings"].__setitem__("chess", c["task_settings"]["maze"])),
-     "tasks", "no installed task plugin is called 'chess'"),
-    (lambda c: c["method_settings"]["goal_cond"].pop("alpha"), "method_settings.goal_cond.alpha",
-     "goal_cond draws Dirichlet weights; set their alpha"),
-    (lambda c: c["method_settings"]["grpo"].__setitem__("alpha", 2.0), "method_settings.grpo.alpha",
-     "grpo does not take 'alpha'; it takes eps, norm_by_std"),
-    (lambda c: c["task_settings"]["lcb"]["data"]["deepcoder"].__setitem__("test", "apps"),
-     "task_settings.lcb.data", "'apps' is not one of the dataset's configs"),
-])
+@pytest.mark.parametrize(
+    "mutate, key, words",
+    [
+        (lambda c: c["methods"].append("dpo"), "methods", "'dpo' is neither a method (grpo, gdpo"),
+        (lambda c: c.__setitem__("seeds", [0, -1]), "seeds[1]", "less than the minimum of 0"),
+        (lambda c: c["tasks"].append("chess"), "tasks", "'chess' has no settings; add task_settings.chess"),
+        (lambda c: c["task_settings"]["maze"].pop("m"), "task_settings.maze", "'m' is a required property"),
+        (
+            lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", "thirty"),
+            "task_settings.maze.eval.budget",
+            "is not of type 'integer'",
+        ),
+        (lambda c: c.__setitem__("seed", [0]), "<top level>", "('seed' was unexpected)"),
+        (
+            lambda c: c["method_settings"]["vpo"].__setitem__("sampler", "halton"),
+            "method_settings.vpo.sampler",
+            "'halton' is not one of",
+        ),
+        (lambda c: c["presets"]["paper"].__setitem__("method", ["vpo"]), "presets.paper", "('method' was unexpected)"),
+        # every key is checked at parse time, also those only one trainer or estimator reads
+        (
+            lambda c: c["method_settings"]["vpo"].__setitem__("alpah", 0.5),
+            "method_settings.vpo",
+            "('alpah' was unexpected)",
+        ),
+        (
+            lambda c: c["method_settings"]["grpo"].__setitem__("alpha", 0.5),
+            "method_settings.grpo.alpha",
+            "grpo does not take 'alpha'",
+        ),
+        (lambda c: c["local_trainer"].__setitem__("lrr", 1e-3), "local_trainer", "('lrr' was unexpected)"),
+        (lambda c: c["local_trainer"].pop("steps"), "local_trainer", "'steps' is a required property"),
+        (lambda c: c["local_trainer"].__setitem__("steps", 2.5), "local_trainer.steps", "is not of type 'integer'"),
+        (
+            lambda c: c["local_trainer"].__setitem__("lr", -1.0),
+            "local_trainer.lr",
+            "-1.0 is less than or equal to the minimum of 0",
+        ),
+        (
+            lambda c: c["local_trainer"].__setitem__("top_p", 1.5),
+            "local_trainer.top_p",
+            "1.5 is greater than the maximum of 1",
+        ),
+        (
+            lambda c: c["local_trainer"].__setitem__("rollouts_per_prompt", 1),
+            "local_trainer.rollouts_per_prompt",
+            "1 is less than the minimum of 2",
+        ),
+        (
+            lambda c: c["task_settings"]["maze"]["eval"].__setitem__("budget", 31),
+            "task_settings.maze.eval.budget",
+            "31 candidates are not whole groups of m = 3 (multi_rlvr, vpo, vpo_alpha_0.1",
+        ),
+        # MuSiQue shows goal_cond a fresh weight vector per m samples, so the budget must hold whole groups
+        (
+            lambda c: (
+                c.__setitem__("methods", ["grpo", "goal_cond"]),
+                c["task_settings"]["musique"]["eval"].__setitem__("budget", 31),
+            ),
+            "task_settings.musique.eval.budget",
+            "31 candidates are not whole groups of m = 3 (goal_cond fill",
+        ),
+        (
+            lambda c: c["task_settings"]["musique"]["eval"].__setitem__("goal_weights", "per_row"),
+            "task_settings.musique.eval.goal_weights",
+            "'per_row' is not one of ['none', 'per_chain', 'per_problem']",
+        ),
+        (
+            lambda c: c["evolve"].__setitem__("select_methods", ["grpo", "vpo", "maxrl2"]),
+            "evolve.select_methods",
+            "['maxrl2'] are not in methods",
+        ),
+        (
+            lambda c: c.__setitem__("methods", ["grpo", "max_at_k"]),
+            "evolve.select_methods",
+            "['vpo'] are not in methods",
+        ),
+        (
+            lambda c: c["task_settings"]["tool"]["eval"].__setitem__("max_new_tokens", 1024),
+            "task_settings.tool.eval.max_new_tokens",
+            "1024 is not of type 'object'",
+        ),
+        (
+            lambda c: c["method_settings"]["max_at_k"].__setitem__("k", 8),
+            "method_settings.max_at_k.k",
+            "a subset of 8 does not fit a group of verl.batch_presets.up_to_4b.rollout_n = 8",
+        ),
+        (
+            lambda c: (c["tasks"].append("chess"), c["task_settings"].__setitem__("chess", c["task_settings"]["maze"])),
+            "tasks",
+            "no installed task plugin is called 'chess'",
+        ),
+        (
+            lambda c: c["method_settings"]["goal_cond"].pop("alpha"),
+            "method_settings.goal_cond.alpha",
+            "goal_cond draws Dirichlet weights; set their alpha",
+        ),
+        (
+            lambda c: c["method_settings"]["grpo"].__setitem__("alpha", 2.0),
+            "method_settings.grpo.alpha",
+            "grpo does not take 'alpha'; it takes eps, norm_by_std",
+        ),
+        (
+            lambda c: c["task_settings"]["lcb"]["data"]["deepcoder"].__setitem__("test", "apps"),
+            "task_settings.lcb.data",
+            "'apps' is not one of the dataset's configs",
+        ),
+    ],
+)
 def test_malformed_configs_name_the_key(raw, mutate, key, words):
     bad = copy.deepcopy(raw)
     mutate(bad)
@@ -169,17 +241,19 @@ def test_relative_data_paths_are_made_absolute_against_the_project(tmp_path):
     assert resolve_config(fixed, "ci") == fixed  # a job re-resolving the snapshot keeps them
 
 
-
 def test_scale_note_names_preset_and_scale():
     from vpo.config import scale_note
 
     cpu = load_config(CONFIG)
     steps, side = cpu["local_trainer"]["steps"], cpu["task_settings"]["maze"]["data"]["size"]
-    assert scale_note(cpu) == (f"cpu preset: 2-layer width-64 model trained on CPU, {steps} RL steps of 8 x 8 "
-                               f"rollouts, maze {side}x{side}, 5 seeds")
+    assert scale_note(cpu) == (
+        f"cpu preset: 2-layer width-64 model trained on CPU, {steps} RL steps of 8 x 8 "
+        f"rollouts, maze {side}x{side}, 5 seeds"
+    )
     assert scale_note(load_config(CONFIG, preset="ci")).endswith("rollouts, maze 9x9, 1 seed")
     assert scale_note(load_config(CONFIG, preset="verl_cpu")) == (
-        "verl_cpu preset: 2-layer width-64 model trained by veRL on CPU, 4 x 8 rollouts per step, maze 7x7, 1 seed")
+        "verl_cpu preset: 2-layer width-64 model trained by veRL on CPU, 4 x 8 rollouts per step, maze 7x7, 1 seed"
+    )
     paper = scale_note(load_config(CONFIG, preset="paper"))
     assert paper.startswith("paper preset: veRL on ") and "Qwen/Qwen3-4B" in paper
 
@@ -189,10 +263,13 @@ def test_command_line_numbers_in_lists_are_numbers(raw):
 
     cfg = resolve_config({**raw, "seeds": ["0", "2"]}, "paper")  # what `--config seeds=[0,2]` hands over
     assert cfg["seeds"] == [0, 2]
-    assert numbers_in_lists({"a": ["1.5", "x1", "-3", "1e-3", "2025-02-01"]}) == {"a": [1.5, "x1", -3, 1e-3, "2025-02-01"]}
+    assert numbers_in_lists({"a": ["1.5", "x1", "-3", "1e-3", "2025-02-01"]}) == {
+        "a": [1.5, "x1", -3, 1e-3, "2025-02-01"]
+    }
     # nested mappings from --config arrive as text too
-    assert numbers_in_lists({"v": {"m": "2", "settings": {"alpha": "0.3", "on": "true", "path": "null", "d": "2025-02-01"}}}) \
-        == {"v": {"m": 2, "settings": {"alpha": 0.3, "on": True, "path": None, "d": "2025-02-01"}}}
+    assert numbers_in_lists(
+        {"v": {"m": "2", "settings": {"alpha": "0.3", "on": "true", "path": "null", "d": "2025-02-01"}}}
+    ) == {"v": {"m": 2, "settings": {"alpha": 0.3, "on": True, "path": None, "d": "2025-02-01"}}}
 
 
 def test_command_line_values_win_over_the_preset_and_survive_a_reread(raw):
@@ -221,7 +298,9 @@ def test_every_numeric_local_trainer_setting_has_a_range():
     from vpo.settings import LIMITS, LocalTrainerSettings
 
     numeric = {f.name for f in dataclasses.fields(LocalTrainerSettings) if str(f.type) in ("int", "float")}
-    assert numeric == set(LIMITS), f"no range for {sorted(numeric - set(LIMITS))}; stale {sorted(set(LIMITS) - numeric)}"
+    assert numeric == set(LIMITS), (
+        f"no range for {sorted(numeric - set(LIMITS))}; stale {sorted(set(LIMITS) - numeric)}"
+    )
 
 
 def test_the_verl_block_and_its_typed_settings_name_the_same_keys(raw):
@@ -262,8 +341,11 @@ def test_the_cpu_backends_do_not_need_the_settings_only_verl_reads(raw):
             raw["presets"][preset]["task_settings"]["maze"].pop(key, None)
     assert resolve_config(raw, "cpu")["tasks"] == ["maze"]
     assert resolve_config(raw, "trl_cpu")["backend"] == "trl"
-    with pytest.raises(ConfigError, match=r"task_settings.maze: backend verl needs \['model', 'max_prompt_length', "
-                                          r"'max_response_length', 'epochs', 'gpus'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"task_settings.maze: backend verl needs \['model', 'max_prompt_length', "
+        r"'max_response_length', 'epochs', 'gpus'\]",
+    ):
         resolve_config(raw, "paper")
 
 
@@ -286,10 +368,19 @@ def test_a_plugin_tasks_settings_in_a_second_file_are_refined_by_that_files_pres
     register(Words())
     try:
         project = copy.deepcopy(raw)
-        eval_block = {"budget": 6, "temperature": 0.7, "top_p": 1.0, "max_new_tokens": {"single": 40, "multi": 120},
-                      "goal_weights": "none", "seeds": [0], "gpus": 0}
-        second = {"task_settings": {"words_config_test": {"data": {"size": 64}, "m": 3, "eval": eval_block}},
-                  "presets": {"ci": {"task_settings": {"words_config_test": {"data": {"size": 8}}}}}}
+        eval_block = {
+            "budget": 6,
+            "temperature": 0.7,
+            "top_p": 1.0,
+            "max_new_tokens": {"single": 40, "multi": 120},
+            "goal_weights": "none",
+            "seeds": [0],
+            "gpus": 0,
+        }
+        second = {
+            "task_settings": {"words_config_test": {"data": {"size": 64}, "m": 3, "eval": eval_block}},
+            "presets": {"ci": {"task_settings": {"words_config_test": {"data": {"size": 8}}}}},
+        }
         merged = deep_merge(raw, second)  # what Snakemake makes of --configfile config.yaml second.yaml
         overrides = user_overrides(merged, project, {"tasks": ["words_config_test"]})
         cfg = resolve_config(merged, "ci", overrides)
@@ -330,8 +421,15 @@ def test_a_profile_is_installed_under_a_name_not_a_path(tmp_path):
 def test_a_users_file_sets_overrides_equal_to_the_project_or_not(raw):
     from vpo.overrides import file_overrides
 
-    files = [{"seeds": [0, 1, 2], "preset": "ci", "presets": {"ci": {"seeds": [5]}},
-              "task_settings": {"maze": {"m": 3}, "plugin_task": {"m": 2}}}, {"seeds": ["4"]}]
+    files = [
+        {
+            "seeds": [0, 1, 2],
+            "preset": "ci",
+            "presets": {"ci": {"seeds": [5]}},
+            "task_settings": {"maze": {"m": 3}, "plugin_task": {"m": 2}},
+        },
+        {"seeds": ["4"]},
+    ]
     assert file_overrides(files, raw) == {"seeds": [4], "task_settings": {"maze": {"m": 3}}}
     assert file_overrides([], raw) == {}
 
@@ -367,8 +465,13 @@ def test_a_variant_redefined_to_run_another_method_loses_the_old_label(raw):
 def test_paths_outside_the_presets_folders_are_named():
     from vpo.plan import paths_outside
 
-    inside = ["results/ci/runs/{task}/{method}/seed{seed}/train.json", "figures/pass_at_k.pdf", "figures/ci/x.png",
-              "logs/ci/train/{task}.log", "results/ci/config.yaml"]
+    inside = [
+        "results/ci/runs/{task}/{method}/seed{seed}/train.json",
+        "figures/pass_at_k.pdf",
+        "figures/ci/x.png",
+        "logs/ci/train/{task}.log",
+        "results/ci/config.yaml",
+    ]
     outside = ["results/ci/../../config.yaml", "config.yaml", "/etc/passwd", "results/cpu/x", "logs/x.log"]
     assert paths_outside(inside + outside, "ci") == outside
 
@@ -379,6 +482,8 @@ def test_the_large_plan_note_counts_the_cells_jobs():
     cells = [("maze", "grpo"), ("maze", "vpo"), ("eureqa", "vpo")]
     assert cell_jobs(cells, 3, {"maze": 1, "eureqa": 4}.get) == 3 * (4 + 4 + 7)
     assert large_plan_note(LARGE_PLAN_JOBS) is None
-    assert large_plan_note(170_059) == ("plan: about 170,059 jobs; Snakemake takes about 10 min and 3.5 GB of memory to "
-                                       "plan them before the first one starts (fewer seeds, or a target such as one "
-                                       "cell, plan faster)")
+    assert large_plan_note(170_059) == (
+        "plan: about 170,059 jobs; Snakemake takes about 10 min and 3.5 GB of memory to "
+        "plan them before the first one starts (fewer seeds, or a target such as one "
+        "cell, plan faster)"
+    )

@@ -21,7 +21,9 @@ TIMING_KEYS = {"generation_s", "step_s", "wall_time_s"}
 
 
 def vpo(*args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "vpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "vpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -35,21 +37,56 @@ def test_one_cell_twice_gives_identical_metrics_model_and_evaluation(tiny_maze_d
     runs = []
     for name in ("first", "second"):
         cell = tmp_path / name / "maze" / "vpo" / "seed0"
-        vpo("train", "--backend", "local", "--task", "maze", "--method", "vpo", "--seed", "0", "--data",
-            str(tiny_maze_data), "--base-model", str(tiny_multi_base_model), "--out", str(cell), *common)
+        vpo(
+            "train",
+            "--backend",
+            "local",
+            "--task",
+            "maze",
+            "--method",
+            "vpo",
+            "--seed",
+            "0",
+            "--data",
+            str(tiny_maze_data),
+            "--base-model",
+            str(tiny_multi_base_model),
+            "--out",
+            str(cell),
+            *common,
+        )
         vpo("merge", "--run", str(cell))
-        vpo("eval", "--model", str(cell / "model"), "--task", "maze", "--method", "vpo", "--data", str(tiny_maze_data),
-            "--seed", "0", "--out", str(cell / "eval" / "evalseed0.parquet"), *common)
+        vpo(
+            "eval",
+            "--model",
+            str(cell / "model"),
+            "--task",
+            "maze",
+            "--method",
+            "vpo",
+            "--data",
+            str(tiny_maze_data),
+            "--seed",
+            "0",
+            "--out",
+            str(cell / "eval" / "evalseed0.parquet"),
+            *common,
+        )
         runs.append(cell)
     first, second = runs
 
     def metrics(cell):
-        return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
-                for line in (cell / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+            for line in (cell / "metrics.jsonl").read_text().splitlines()
+        ]
 
     def evaluation(cell):
-        return {k: v for k, v in json.loads((cell / "eval" / "evalseed0.json").read_text()).items()
-                if k not in TIMING_KEYS | {"model"}}
+        return {
+            k: v
+            for k, v in json.loads((cell / "eval" / "evalseed0.json").read_text()).items()
+            if k not in TIMING_KEYS | {"model"}
+        }
 
     assert len(metrics(first)) == TINY_LOCAL_TRAINER["steps"]
     assert metrics(first) == metrics(second)

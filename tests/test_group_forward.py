@@ -55,8 +55,8 @@ def test_logprobs_and_entropies_equal_the_model_on_each_unpadded_sequence(heads,
         logp, entropy = batch.logprobs(model, temperature=temperature, with_entropy=True)
     want_logp, want_entropy = expected_per_sequence(model, prompts, responses, 2, temperature)
     for row, response in enumerate(responses):
-        assert logp[row, :len(response)].tolist() == pytest.approx(want_logp[row], abs=1e-5)
-        assert entropy[row, :len(response)].tolist() == pytest.approx(want_entropy[row], abs=1e-5)
+        assert logp[row, : len(response)].tolist() == pytest.approx(want_logp[row], abs=1e-5)
+        assert entropy[row, : len(response)].tolist() == pytest.approx(want_entropy[row], abs=1e-5)
     assert logp.shape == (6, max(len(r) for r in responses))
 
 
@@ -69,13 +69,21 @@ def test_any_number_of_length_buckets_gives_each_row_its_own_values(buckets):
     responses[4] = responses[4] * 4  # one long row among short ones: the buckets' widths differ
     batch = StepBatch(prompts, responses, 3, PAD)
     with torch.no_grad():
-        logp, entropy = group_response_logprobs(model, batch.prompts, batch.prompt_attention, batch.group_of,
-                                                batch.responses, batch.mask, with_entropy=True, buckets=buckets)
+        logp, entropy = group_response_logprobs(
+            model,
+            batch.prompts,
+            batch.prompt_attention,
+            batch.group_of,
+            batch.responses,
+            batch.mask,
+            with_entropy=True,
+            buckets=buckets,
+        )
     want_logp, want_entropy = expected_per_sequence(model, prompts, responses, 3)
     assert logp.shape == entropy.shape == batch.responses.shape
     for row, response in enumerate(responses):
-        assert logp[row, :len(response)].tolist() == pytest.approx(want_logp[row], abs=1e-5)
-        assert entropy[row, :len(response)].tolist() == pytest.approx(want_entropy[row], abs=1e-5)
+        assert logp[row, : len(response)].tolist() == pytest.approx(want_logp[row], abs=1e-5)
+        assert entropy[row, : len(response)].tolist() == pytest.approx(want_entropy[row], abs=1e-5)
 
 
 def test_a_group_slice_gives_the_rows_of_those_prompts():
@@ -88,7 +96,7 @@ def test_a_group_slice_gives_the_rows_of_those_prompts():
     rows = responses[6:]
     assert part.shape == (6, max(len(r) for r in rows))  # padding beyond these rows' longest is trimmed
     for i, response in enumerate(rows):
-        assert part[i, :len(response)].tolist() == pytest.approx(whole[6 + i, :len(response)].tolist(), abs=1e-5)
+        assert part[i, : len(response)].tolist() == pytest.approx(whole[6 + i, : len(response)].tolist(), abs=1e-5)
 
 
 def test_gradients_equal_those_of_the_model_run_on_each_unpadded_sequence():
@@ -131,7 +139,7 @@ def test_a_pad_only_prompt_column_and_one_token_responses():
         logp, _ = StepBatch(prompts, responses, 2, PAD).logprobs(model)
     want, _ = expected_per_sequence(model, prompts, responses, 2)
     for row, response in enumerate(responses):
-        assert logp[row, :len(response)].tolist() == pytest.approx(want[row], abs=1e-5)
+        assert logp[row, : len(response)].tolist() == pytest.approx(want[row], abs=1e-5)
     assert all(math.isfinite(v) for v in logp.flatten().tolist())
 
 
@@ -155,4 +163,4 @@ def test_the_function_reads_group_indices_in_any_order():
             seq = prompts[g] + responses[row]
             log_probs = torch.log_softmax(model(torch.tensor([seq])).logits[0], -1)
             want = [float(log_probs[len(prompts[g]) - 1 + t, tok]) for t, tok in enumerate(responses[row])]
-            assert logp[row, :len(responses[row])].tolist() == pytest.approx(want, abs=1e-5)
+            assert logp[row, : len(responses[row])].tolist() == pytest.approx(want, abs=1e-5)

@@ -12,10 +12,18 @@ from vpo.report.aggregate import aggregate_problems, problem_scores
 
 
 def test_problem_scores_of_a_two_problem_frame():
-    frame = pd.DataFrame({
-        "problem": [0, 0, 0, 0, 1, 1, 1, 1], "chain": [0, 0, 1, 1, 0, 0, 1, 1], "slot": [0, 1] * 4,
-        "scalar": [1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.25, 0.75], "correct": [1, 0, 0, 0, 0, 0, 0, 0], "k": [2] * 8,
-        "a": [1.0, 0.0, 0.5, 0.5, 0.2, 0.2, 0.2, 0.2], "b": [0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]})
+    frame = pd.DataFrame(
+        {
+            "problem": [0, 0, 0, 0, 1, 1, 1, 1],
+            "chain": [0, 0, 1, 1, 0, 0, 1, 1],
+            "slot": [0, 1] * 4,
+            "scalar": [1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.25, 0.75],
+            "correct": [1, 0, 0, 0, 0, 0, 0, 0],
+            "k": [2] * 8,
+            "a": [1.0, 0.0, 0.5, 0.5, 0.2, 0.2, 0.2, 0.2],
+            "b": [0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+        }
+    )
     scores = problem_scores(frame, ["a", "b"], ks=[1, 2, 10], eval_seed=0).set_index(["problem", "metric", "k"]).value
     assert scores[(0, "best_at_k", 1)] == pytest.approx(0.25)  # the mean scalar
     assert scores[(0, "best_at_k", 2)] == pytest.approx(0.5)  # P(the one 1.0 is among 2 of 4)
@@ -36,13 +44,25 @@ def test_problem_scores_of_a_two_problem_frame():
 def test_aggregate_problems_averages_eval_seeds(tmp_path):
     rows = []
     for eval_seed, value in ((0, 1.0), (1, 0.0)):
-        frame = pd.DataFrame({"problem": [0, 0], "chain": [0, 1], "slot": [0, 0], "scalar": [value, value],
-                              "correct": [value > 0] * 2, "k": [4, 4], "completion": [1.0, 1.0], "gold": [1.0, 0.5],
-                              "diamond": [1.0, 1.0], "avoid_lava": [value, value]})
+        frame = pd.DataFrame(
+            {
+                "problem": [0, 0],
+                "chain": [0, 1],
+                "slot": [0, 0],
+                "scalar": [value, value],
+                "correct": [value > 0] * 2,
+                "k": [4, 4],
+                "completion": [1.0, 1.0],
+                "gold": [1.0, 0.5],
+                "diamond": [1.0, 1.0],
+                "avoid_lava": [value, value],
+            }
+        )
         path = tmp_path / f"evalseed{eval_seed}.parquet"
         frame.to_parquet(path)
-        path.with_suffix(".json").write_text(json.dumps({"task": "maze", "method": "vpo", "train_seed": 3,
-                                                         "eval_seed": eval_seed}))
+        path.with_suffix(".json").write_text(
+            json.dumps({"task": "maze", "method": "vpo", "train_seed": 3, "eval_seed": eval_seed})
+        )
         rows.append(path)
     table = aggregate_problems(rows, ks=[1, 2]).set_index(["metric", "k"])
     assert table.loc[("best_at_k", 1)].value.item() == pytest.approx(0.5)
@@ -56,7 +76,7 @@ def test_aggregate_problems_averages_eval_seeds(tmp_path):
 def hand_iqm(values):
     ordered = sorted(values)
     cut = len(ordered) // 4
-    middle = ordered[cut:len(ordered) - cut]
+    middle = ordered[cut : len(ordered) - cut]
     return sum(middle) / len(middle)
 
 
@@ -132,23 +152,43 @@ def test_performance_profile_on_three_problems():
 
 
 def test_score_matrix_refuses_seeds_on_different_problems():
-    frame = pd.DataFrame({"task": "maze", "method": "vpo", "metric": "best_at_k", "k": 1.0,
-                          "train_seed": [0, 0, 1], "problem": [0, 1, 0], "value": [0.1, 0.2, 0.3]})
+    frame = pd.DataFrame(
+        {
+            "task": "maze",
+            "method": "vpo",
+            "metric": "best_at_k",
+            "k": 1.0,
+            "train_seed": [0, 0, 1],
+            "problem": [0, 1, 0],
+            "value": [0.1, 0.2, 0.3],
+        }
+    )
     with pytest.raises(ValueError, match="different problems"):
         iv.score_matrix(frame, "maze", "vpo", "best_at_k", 1.0)
 
 
 def test_estimate_all_and_the_tables():
     rng = np.random.default_rng(5)
-    rows = [dict(task="maze", method=method, train_seed=s, problem=p, metric=metric, k=k,
-                 value=float(rng.random() + shift))
-            for method, shift in (("grpo", 0.0), ("vpo", 0.5)) for s in range(3) for p in range(30)
-            for metric, k in (("best_at_k", 1.0), ("best_at_k", 4.0), ("pass_at_k", 4.0), ("hypervolume", np.nan),
-                              ("expected_utility", np.nan), ("nondominated", np.nan))]
+    rows = [
+        dict(task="maze", method=method, train_seed=s, problem=p, metric=metric, k=k, value=float(rng.random() + shift))
+        for method, shift in (("grpo", 0.0), ("vpo", 0.5))
+        for s in range(3)
+        for p in range(30)
+        for metric, k in (
+            ("best_at_k", 1.0),
+            ("best_at_k", 4.0),
+            ("pass_at_k", 4.0),
+            ("hypervolume", np.nan),
+            ("expected_utility", np.nan),
+            ("nondominated", np.nan),
+        )
+    ]
     intervals, improvement, profiles = iv.estimate_all(pd.DataFrame(rows), "vpo", reps=200, seed=0)
     assert len(intervals) == 2 * 6 * 2 and set(intervals.estimator) == {"mean", "iqm"}
     assert (intervals.low <= intervals.point).all() and (intervals.point <= intervals.high).all()
-    assert set(improvement.other) == {"grpo"} and (improvement[improvement.metric == "best_at_k"].probability > 0.8).all()
+    assert (
+        set(improvement.other) == {"grpo"} and (improvement[improvement.metric == "best_at_k"].probability > 0.8).all()
+    )
     assert set(profiles.k) == {4.0} and len(profiles) == 2 * iv.PROFILE_POINTS
     table = iv.interval_table(intervals, improvement, ["grpo", "vpo"], ["maze"], ["best_at_k", "pass_at_k"])
     text = iv.render_intervals(table, "vpo", latex=False)
@@ -163,11 +203,28 @@ def test_estimate_all_and_the_tables():
 @pytest.fixture
 def estimates():
     rng = np.random.default_rng(9)
-    rows = [dict(task="maze", method=method, train_seed=s, problem=p, metric=metric, k=k,
-                 value=0.0 if metric == "hypervolume" else float(rng.random() + shift))
-            for method, shift in (("grpo", 0.0), ("vpo", 0.3)) for s in range(3) for p in range(12)
-            for metric, k in (("best_at_k", 1.0), ("best_at_k", 6.0), ("pass_at_k", 6.0), ("hypervolume", np.nan),
-                              ("expected_utility", np.nan), ("nondominated", np.nan))]
+    rows = [
+        dict(
+            task="maze",
+            method=method,
+            train_seed=s,
+            problem=p,
+            metric=metric,
+            k=k,
+            value=0.0 if metric == "hypervolume" else float(rng.random() + shift),
+        )
+        for method, shift in (("grpo", 0.0), ("vpo", 0.3))
+        for s in range(3)
+        for p in range(12)
+        for metric, k in (
+            ("best_at_k", 1.0),
+            ("best_at_k", 6.0),
+            ("pass_at_k", 6.0),
+            ("hypervolume", np.nan),
+            ("expected_utility", np.nan),
+            ("nondominated", np.nan),
+        )
+    ]
     per_problem = pd.DataFrame(rows)
     return (per_problem, *iv.estimate_all(per_problem, "vpo", reps=200, seed=0))
 
@@ -178,15 +235,25 @@ def test_the_interval_figures_draw_every_method(estimates, tmp_path):
     from vpo.report import interval_figures as figs
 
     per_problem, intervals, improvement, profiles = estimates
-    fig = figs.intervals(intervals=intervals, improvement=improvement, methods=["grpo", "vpo"], tasks=["maze"],
-                         out=tmp_path / "intervals.png")
+    fig = figs.intervals(
+        intervals=intervals,
+        improvement=improvement,
+        methods=["grpo", "vpo"],
+        tasks=["maze"],
+        out=tmp_path / "intervals.png",
+    )
     best, _, better = fig.axes[:3]
     assert [t.get_text() for t in best.get_yticklabels()] == ["GRPO", "VPO"]
     assert len(best.lines) >= 4  # IQM and mean per method
     assert [t.get_text() for t in better.get_yticklabels()] == ["GRPO"]  # VPO against the others
     plt.close(fig)
-    fig = figs.performance_profiles(profiles=profiles, per_problem=per_problem, methods=["grpo", "vpo"],
-                                    tasks=["maze"], out=tmp_path / "profiles.png")
+    fig = figs.performance_profiles(
+        profiles=profiles,
+        per_problem=per_problem,
+        methods=["grpo", "vpo"],
+        tasks=["maze"],
+        out=tmp_path / "profiles.png",
+    )
     ax = fig.axes[0]
     assert len(ax.collections) == 2  # one bootstrap band per method
     # seaborn's complementary ECDF: starts at 1 and ends at 0

@@ -50,10 +50,15 @@ def test_fixture_splits(splits):
     train, test = splits["train"], splits["test"]
     assert [e["task_id"] for e in train["extra_info"]] == ["2030A"]
     assert [e["task_id"] for e in test["extra_info"]] == ["lc-add-k", "abc400_a"]
-    counts = {e["task_id"]: (e["num_test_cases"], e["num_test_cases_original"], e["testtype"], e["platform"])
-              for e in [*train["extra_info"], *test["extra_info"]]}
-    assert counts == {"2030A": (16, 20, "stdin", "codeforces"), "lc-add-k": (3, 3, "functional", "leetcode"),
-                      "abc400_a": (1, 2, "stdin", "atcoder")}
+    counts = {
+        e["task_id"]: (e["num_test_cases"], e["num_test_cases_original"], e["testtype"], e["platform"])
+        for e in [*train["extra_info"], *test["extra_info"]]
+    }
+    assert counts == {
+        "2030A": (16, 20, "stdin", "codeforces"),
+        "lc-add-k": (3, 3, "functional", "leetcode"),
+        "abc400_a": (1, 2, "stdin", "atcoder"),
+    }
     l3 = truth_of(train, "2030A")
     assert l3["inputs"] == [f"{L3_X[i]}\n" for i in L3_KEPT]
     assert l3["outputs"] == [f"{2 * L3_X[i]}\n" for i in L3_KEPT]
@@ -67,6 +72,7 @@ def test_prompts_drop_self_and_ask_for_one_block(splits):
     assert "def addK(nums: List[int], k: int) -> List[int]:" in prompt and "self" not in prompt
     assert prompt.endswith(lcb.FORMAT_LINE)
     from vpo.prompts import rewrite_prompt
+
     multi = rewrite_prompt([{"role": "user", "content": prompt}], mode="multi", m=3, task=LCB)[0]["content"]
     assert "3 different solutions" in multi and lcb.FORMAT_LINE not in multi
 
@@ -126,10 +132,19 @@ def test_malicious_pickle_never_runs(tmp_path, capsys):
 
 # ---- scoring (the fixture records; ryanboldi/vpo at 767db79 vpo_tasks/livecodebench.py, with this project's conventions) ----------------------------------
 L1_SOLUTIONS = {
-    "bare function with its import": ("from typing import List\ndef addK(nums, k):\n    return [x + k for x in nums]", [1, 1, 1]),
+    "bare function with its import": (
+        "from typing import List\ndef addK(nums, k):\n    return [x + k for x in nums]",
+        [1, 1, 1],
+    ),
     "tuple result": ("def addK(nums, k):\n    return tuple(x + k for x in nums)", [1, 1, 1]),
-    "Solution class": ("class Solution:\n    def addK(self, nums, k):\n        return [x + k for x in nums]", [1, 1, 1]),
-    "List annotation, no import": ("def addK(nums: List[int], k: int) -> List[int]:\n    return [x + k for x in nums]", [1, 1, 1]),
+    "Solution class": (
+        "class Solution:\n    def addK(self, nums, k):\n        return [x + k for x in nums]",
+        [1, 1, 1],
+    ),
+    "List annotation, no import": (
+        "def addK(nums: List[int], k: int) -> List[int]:\n    return [x + k for x in nums]",
+        [1, 1, 1],
+    ),
     # kept tests by size: ([0], 5), ([-1, 4], 1), ([1, 2, 3], 2)
     "fails only k = 5": ("def addK(nums, k):\n    return [] if k == 5 else [x + k for x in nums]", [0, 1, 1]),
     "prints instead": ("def addK(nums, k):\n    print([x + k for x in nums])", [0, 0, 0]),
@@ -150,7 +165,11 @@ L2_SOLUTIONS = {
     "sys.stdin.buffer": ("import sys\nprint(sum(map(int, sys.stdin.buffer.read().split()[1:])))", 1, 1),
     "trailing space": ("input()\nprint(str(sum(map(int, input().split()))) + ' ')", 1, 1),
     "6.0": ("input()\nprint(float(sum(map(int, input().split()))))", 1, 0),
-    "main guard and sys.exit": ("import sys\ndef main():\n    input()\n    print(6)\n    sys.exit(0)\nif __name__ == '__main__':\n    main()", 1, 1),
+    "main guard and sys.exit": (
+        "import sys\ndef main():\n    input()\n    print(6)\n    sys.exit(0)\nif __name__ == '__main__':\n    main()",
+        1,
+        1,
+    ),
     "wrong": ("print(5)", 0, 0),
 }
 
@@ -237,26 +256,31 @@ def test_a_huge_program_is_not_parsed_in_the_scoring_process():
 
     huge = "x = 1\n" * (10_000_000 // 6)
     refuse = mock.Mock(side_effect=AssertionError("parsed a program over the cap"))
-    with mock.patch.object(lcb_grading.ast, "parse", refuse), mock.patch.object(lcb_grading, "compile", refuse,
-                                                                               create=True):
+    with (
+        mock.patch.object(lcb_grading.ast, "parse", refuse),
+        mock.patch.object(lcb_grading, "compile", refuse, create=True),
+    ):
         assert not compiles(huge) and fingerprint(huge).startswith("text:")
     small = "x = 1\n" * (MAX_PROGRAM_CHARS // 12)
     assert compiles(small) and fingerprint(small).startswith("ast:")
 
 
 # ---- reading and grading, function by function ---------------------------------------------------
-@pytest.mark.parametrize("text, code", [
-    ("```python\nx = 1", "x = 1"),                                  # unterminated, at the very start
-    ("see\n```python\ny = 2", "y = 2"),                              # unterminated, later
-    ("```\nx = 1\n```", "x = 1"),                                   # bare fences
-    ("```cpp\nint x;\n```", "int x;"),                               # the info string is dropped
-    ("```\nab```", "ab"),                                            # the body starts after the newline
-    ("```x = 1```", ""),                                             # a one-line pair holds only an info string
-    ("``````", ""),                                                  # an empty pair
-    ("```\na\n```\nb\n```", "a"),                                    # the first pair, not the last fence
-    ("  no fences  ", "no fences"),
-    ("prose ```\nx = 1\n```", "x = 1"),                           # a pair after some text
-])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("```python\nx = 1", "x = 1"),  # unterminated, at the very start
+        ("see\n```python\ny = 2", "y = 2"),  # unterminated, later
+        ("```\nx = 1\n```", "x = 1"),  # bare fences
+        ("```cpp\nint x;\n```", "int x;"),  # the info string is dropped
+        ("```\nab```", "ab"),  # the body starts after the newline
+        ("```x = 1```", ""),  # a one-line pair holds only an info string
+        ("``````", ""),  # an empty pair
+        ("```\na\n```\nb\n```", "a"),  # the first pair, not the last fence
+        ("  no fences  ", "no fences"),
+        ("prose ```\nx = 1\n```", "x = 1"),  # a pair after some text
+    ],
+)
 def test_extract_code_reads_each_fence_form(text, code):
     assert extract_code(text) == code
 
@@ -281,7 +305,7 @@ def test_stdout_rules_line_by_line():
     assert stdout_matches("1\r\n2\r\n\r\n", "1\n2", "exact") and not stdout_matches("1\n2", "1\n 2", "exact")
     assert stdout_matches("1 \n2", "1\n2", "exact")  # trailing spaces of each line
     assert stdout_matches("1 \n 2", "1\n2", "official") and stdout_matches("1\n2", " 1 \n2 ", "official")
-    assert not stdout_matches("1\n2", "1\n3", "official")         # a later line differs
+    assert not stdout_matches("1\n2", "1\n3", "official")  # a later line differs
     assert stdout_matches("1.0 2\nyes", "1 2.00\nyes", "official")  # numbers compare as numbers
     assert not stdout_matches("abc", "1", "official") and not stdout_matches("1", "abc", "official")
     assert not stdout_matches("1 2", "1", "official") and not stdout_matches("a b", "a c", "official")
@@ -296,9 +320,9 @@ def test_functional_results_and_single_test_grading():
 
     assert functional_result("x\n@@m@@[1, 2]\n", "@@m@@") == (True, [1, 2])
     assert functional_result("@@m@@[1, 2\n", "@@m@@") == (False, None)  # not JSON
-    assert functional_result("[1, 2]\n", "@@m@@") == (False, None)      # no marked line
+    assert functional_result("[1, 2]\n", "@@m@@") == (False, None)  # no marked line
     ok = SimpleNamespace(status="ok", stdout="1.0\n")
-    assert passed(ok, "1", {"testtype": "stdin"}, "") == 1.0              # the official rule by default
+    assert passed(ok, "1", {"testtype": "stdin"}, "") == 1.0  # the official rule by default
     assert passed(ok, "1", {"testtype": "stdin", "compare": "exact"}, "") == 0.0
     assert passed(SimpleNamespace(status="timeout", stdout="1\n"), "1", {"testtype": "stdin"}, "") == 0.0
     functional = {"testtype": "functional"}
@@ -314,7 +338,9 @@ def test_programs_for_tests_carry_limits_inputs_and_a_fresh_marker():
     stdin_truth = {"testtype": "stdin", "inputs": ["1\n", "2\n"]}
     programs, marker = programs_for_tests("print(input())", stdin_truth)
     assert [(p.code, p.stdin, p.timeout_s, p.memory_mb) for p in programs] == [
-        ("print(input())", "1\n", 6.0, 2048), ("print(input())", "2\n", 6.0, 2048)]  # the defaults
+        ("print(input())", "1\n", 6.0, 2048),
+        ("print(input())", "2\n", 6.0, 2048),
+    ]  # the defaults
     assert re.fullmatch(r"@@vpo-result-[0-9a-f]{16}@@", marker)
     assert programs_for_tests("x", stdin_truth)[1] != marker
     functional = {"testtype": "functional", "fn_name": "f", "inputs": ["3"], "timeout_s": 2.5, "memory_mb": 512}

@@ -35,11 +35,16 @@ def truth_of(frame, task_id):
 
 def test_splits_follow_the_configs_in_order_and_drop_unreadable_tests(splits, capfd):
     train = [(e["task_id"], e["source"], e["testtype"]) for e in splits["train"]["extra_info"]]
-    assert train == [("primeintellect-train-0", "deepcoder/primeintellect", "stdin"),
-                     ("primeintellect-train-1", "deepcoder/primeintellect", "functional"),
-                     ("taco-train-0", "deepcoder/taco", "stdin"), ("taco-train-1", "deepcoder/taco", "functional"),
-                     ("lcbv5-train-0", "deepcoder/lcbv5", "stdin"), ("lcbv5-train-1", "deepcoder/lcbv5", "functional"),
-                     ("lcbv5-train-2", "deepcoder/lcbv5", "stdin"), ("lcbv5-train-3", "deepcoder/lcbv5", "functional")]
+    assert train == [
+        ("primeintellect-train-0", "deepcoder/primeintellect", "stdin"),
+        ("primeintellect-train-1", "deepcoder/primeintellect", "functional"),
+        ("taco-train-0", "deepcoder/taco", "stdin"),
+        ("taco-train-1", "deepcoder/taco", "functional"),
+        ("lcbv5-train-0", "deepcoder/lcbv5", "stdin"),
+        ("lcbv5-train-1", "deepcoder/lcbv5", "functional"),
+        ("lcbv5-train-2", "deepcoder/lcbv5", "stdin"),
+        ("lcbv5-train-3", "deepcoder/lcbv5", "functional"),
+    ]
     test = [(e["task_id"], e["testtype"]) for e in splits["test"]["extra_info"]]
     assert test == [("lcbv5-test-0", "stdin"), ("lcbv5-test-1", "functional"), ("lcbv5-test-2", "functional")]
     assert list(splits["train"]["extra_info"].map(lambda e: e["index"])) == list(range(8))
@@ -49,10 +54,16 @@ def test_each_encoding_becomes_livecodebench_tests_smallest_first(splits):
     train, test = splits["train"], splits["test"]
     call = truth_of(train, "primeintellect-train-1")  # input ["hello big world"], output ["world big hello"]
     assert (call["fn_name"], call["inputs"], call["outputs"]) == (
-        "reverse_words", ['"one"', '"hello big world"'], ['"one"', '"world big hello"'])
+        "reverse_words",
+        ['"one"', '"hello big world"'],
+        ['"one"', '"world big hello"'],
+    )
     taco = truth_of(train, "taco-train-1")  # inputs [["banana"], ["sky"], ["queue"]], outputs [[3], [0], [4]]
     assert (taco["fn_name"], taco["inputs"], taco["outputs"]) == (
-        "count_vowels", ['"sky"', '"queue"', '"banana"'], ["0", "4", "3"])
+        "count_vowels",
+        ['"sky"', '"queue"', '"banana"'],
+        ["0", "4", "3"],
+    )
     assert truth_of(train, "taco-train-0")["inputs"] == ["2\n", "0\n", "7\n"]  # same sizes: file order
     assert truth_of(test, "lcbv5-test-1")["inputs"] == ["[]\n0", "[9, 9]\n10", "[1, 4, 6]\n4"]
     assert truth_of(test, "lcbv5-test-2")["fn_name"] == "multiply"  # from the starter code: metadata has none
@@ -62,14 +73,27 @@ def test_each_encoding_becomes_livecodebench_tests_smallest_first(splits):
 
 PROGRAMS = {  # (split, task id, program, expected per-test results in kept order)
     "stdin_stdout": ("train", "primeintellect-train-0", "a, b = map(int, input().split())\nprint(a + b)", [1, 1]),
-    "function_call": ("train", "primeintellect-train-1", "def reverse_words(s):\n    return ' '.join(s.split()[::-1])", [1, 1]),
+    "function_call": (
+        "train",
+        "primeintellect-train-1",
+        "def reverse_words(s):\n    return ' '.join(s.split()[::-1])",
+        [1, 1],
+    ),
     "function_call, wrong": ("train", "primeintellect-train-1", "def reverse_words(s):\n    return s", [1, 0]),
     "taco stdin": ("train", "taco-train-0", "print(2 * int(input()))", [1, 1, 1]),
     "taco call": ("train", "taco-train-1", "def count_vowels(w):\n    return sum(c in 'aeiou' for c in w)", [1, 1, 1]),
-    "lcbv5 class": ("test", "lcbv5-test-1",
-                    "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x >= k for x in nums)", [1, 1, 1]),
-    "lcbv5 off by one": ("test", "lcbv5-test-1",
-                         "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x > k for x in nums)", [1, 1, 0]),
+    "lcbv5 class": (
+        "test",
+        "lcbv5-test-1",
+        "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x >= k for x in nums)",
+        [1, 1, 1],
+    ),
+    "lcbv5 off by one": (
+        "test",
+        "lcbv5-test-1",
+        "class Solution:\n    def countAtLeast(self, nums, k):\n        return sum(x > k for x in nums)",
+        [1, 1, 0],
+    ),
     "lcbv5 stdin": ("test", "lcbv5-test-0", "print(len(set(input())))", [1, 1, 1]),
     "lcbv5 boolean": ("train", "lcbv5-train-3", "def isPalindrome(s):\n    return s == s[::-1]", [1, 1]),
 }
@@ -94,8 +118,10 @@ def test_the_hub_path_reads_each_config_and_split_through_datasets(tmp_path, mon
     monkeypatch.setattr(datasets, "load_dataset", hub)
     monkeypatch.setattr("vpo_tasks.hub.hub_reachable", lambda timeout=3.0: True)
     LCB.preprocess(str(tmp_path / "hub"), {"deepcoder": {"revision": "abc123"}})
-    assert calls == [("agentica-org/DeepCoder-Preview-Dataset", config, split, "abc123") for config, split in
-                     [("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train"), ("lcbv5", "test")]]
+    assert calls == [
+        ("agentica-org/DeepCoder-Preview-Dataset", config, split, "abc123")
+        for config, split in [("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train"), ("lcbv5", "test")]
+    ]
     LCB.preprocess(str(tmp_path / "local"), LOCAL)
     for split in ("train", "test"):
         hub_rows = pd.read_parquet(tmp_path / "hub" / f"{split}.parquet")
@@ -110,32 +136,47 @@ def test_unreachable_hub_names_the_source_path_and_dotted_set_reaches_it(tmp_pat
     done = subprocess.run([*cmd, str(tmp_path / "x")], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode != 0 and time.time() - start < 30
     assert "task_settings.lcb.data.deepcoder.path" in done.stderr and "--set deepcoder.path=DIR" in done.stderr
-    ok = subprocess.run([*cmd, str(tmp_path / "y"), "--set", f"deepcoder.path={FIXTURE}"], capture_output=True,
-                        text=True, env=env, timeout=120)
+    ok = subprocess.run(
+        [*cmd, str(tmp_path / "y"), "--set", f"deepcoder.path={FIXTURE}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert len(pd.read_parquet(tmp_path / "y" / "test.parquet")) == 3
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"source": "codeforces"}, "source 'codeforces' is not one of deepcoder, livecodebench"),
-    ({"deepcoder": {"train": ["apps"]}}, "'apps' is not one of the dataset's configs"),
-    ({"deepcoder": {"paths": "x"}}, r"lcb.deepcoder: unknown setting\(s\) \['paths'\]"),
-    ({"livecodebench": {"test_from": "March"}}, "test_from must be a date"),
-    # values of the wrong kind once gave Python's own words ("'int' object is not iterable")
-    ({"deepcoder": {"train": 5}}, r"setting train is 5; expected a config name or a list of them"),
-    ({"deepcoder": {"train": ["taco", 3]}}, r"setting train is \['taco', 3\]; expected"),
-    ({"deepcoder": 7}, r"lcb.deepcoder: expected a mapping of setting names to values, got 7 \(int\)"),
-    ({"livecodebench": [1]}, r"lcb.livecodebench: expected a mapping of setting names to values, got \[1\]"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"source": "codeforces"}, "source 'codeforces' is not one of deepcoder, livecodebench"),
+        ({"deepcoder": {"train": ["apps"]}}, "'apps' is not one of the dataset's configs"),
+        ({"deepcoder": {"paths": "x"}}, r"lcb.deepcoder: unknown setting\(s\) \['paths'\]"),
+        ({"livecodebench": {"test_from": "March"}}, "test_from must be a date"),
+        # values of the wrong kind once gave Python's own words ("'int' object is not iterable")
+        ({"deepcoder": {"train": 5}}, r"setting train is 5; expected a config name or a list of them"),
+        ({"deepcoder": {"train": ["taco", 3]}}, r"setting train is \['taco', 3\]; expected"),
+        ({"deepcoder": 7}, r"lcb.deepcoder: expected a mapping of setting names to values, got 7 \(int\)"),
+        ({"livecodebench": [1]}, r"lcb.livecodebench: expected a mapping of setting names to values, got \[1\]"),
+    ],
+)
 def test_bad_settings_name_the_key(settings, message):
     with pytest.raises(ValueError, match=message):
         LcbSettings.from_dict(settings)
 
 
 def test_unreadable_encodings_are_dropped_with_a_reason():
-    for raw, reason in [("{not json", "unreadable tests"), ('{"inputs": [1], "outputs": [2]}', "unreadable tests"),
-                        ('[{"type": "stdin_stdout", "input": "1", "output": "1"}, {"testtype": "functional", '
-                         '"input": "1", "output": "1"}]', "mixed test types"), ('[{"type": "essay"}]', "unreadable tests")]:
+    for raw, reason in [
+        ("{not json", "unreadable tests"),
+        ('{"inputs": [1], "outputs": [2]}', "unreadable tests"),
+        (
+            '[{"type": "stdin_stdout", "input": "1", "output": "1"}, {"testtype": "functional", '
+            '"input": "1", "output": "1"}]',
+            "mixed test types",
+        ),
+        ('[{"type": "essay"}]', "unreadable tests"),
+    ]:
         with pytest.raises(DroppedRecord) as err:
             deepcoder_tests(raw)
         assert err.value.reason == reason
@@ -176,7 +217,10 @@ def test_a_bad_contest_date_is_dropped_and_a_broken_jsonl_line_named(tmp_path, c
 
     from vpo_tasks.hub import DataUnavailable
 
-    records = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "lcb" / "test.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in (Path(__file__).parent / "fixtures" / "lcb" / "test.jsonl").read_text().splitlines()
+    ]
     records[0]["contest_date"] = "the day after tomorrow"
     records[1]["starter_code"] = 7  # a number where the starter code belongs
     raw = tmp_path / "raw"
@@ -204,16 +248,21 @@ def test_a_folder_named_parquet_and_a_file_without_the_columns_are_refused(tmp_p
     with pytest.raises(DataUnavailable, match="holds no taco/train"):
         LCB.preprocess(str(tmp_path / "out"), {"source": "deepcoder", "deepcoder": {"path": str(root)}})
     (root / "taco" / "train-00000-of-00001.parquet").rmdir()
-    pq.write_table(pa.Table.from_pylist([{"question": "q", "answers": "[]"}]), root / "taco" / "train-00000-of-00001.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{"question": "q", "answers": "[]"}]), root / "taco" / "train-00000-of-00001.parquet"
+    )
     with pytest.raises(DataUnavailable, match="has no column problem, tests"):
         LCB.preprocess(str(tmp_path / "out"), {"source": "deepcoder", "deepcoder": {"path": str(root)}})
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"max_test_chars": -1}, "max_test_chars must be at least 1"),
-    ({"train_size": 0}, "train_size must be at least 1"),
-    ({"train_size": -1}, "train_size must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"max_test_chars": -1}, "max_test_chars must be at least 1"),
+        ({"train_size": 0}, "train_size must be at least 1"),
+        ({"train_size": -1}, "train_size must be at least 1"),
+    ],
+)
 def test_sizes_that_would_write_an_empty_or_short_split_are_refused(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         LCB.preprocess(str(tmp_path / "out"), {**LOCAL, **extra})
@@ -225,8 +274,21 @@ def test_vpo_preprocess_refuses_a_split_shorter_than_asked(tmp_path):
     from vpo.cli import main
 
     with pytest.raises(SystemExit, match=r"train.parquet holds 8 rows; task_settings.lcb.data.train_size asks for 50"):
-        main(["preprocess", "--task", "lcb", "--out", str(tmp_path / "out"), "--set", "source=deepcoder",
-              "--set", f"deepcoder.path={FIXTURE}", "--set", "train_size=50"])
+        main(
+            [
+                "preprocess",
+                "--task",
+                "lcb",
+                "--out",
+                str(tmp_path / "out"),
+                "--set",
+                "source=deepcoder",
+                "--set",
+                f"deepcoder.path={FIXTURE}",
+                "--set",
+                "train_size=50",
+            ]
+        )
     assert not list((tmp_path / "out").glob("*.parquet"))
 
 
@@ -235,6 +297,19 @@ def test_vpo_preprocess_refuses_an_empty_split_naming_the_settings(tmp_path, cap
     from vpo.cli import main
 
     with pytest.raises(SystemExit, match=r"train.parquet is empty: .*task_settings.lcb.data"):
-        main(["preprocess", "--task", "lcb", "--out", str(tmp_path / "out"), "--set", "source=deepcoder",
-              "--set", f"deepcoder.path={FIXTURE}", "--set", "max_test_chars=1"])
+        main(
+            [
+                "preprocess",
+                "--task",
+                "lcb",
+                "--out",
+                str(tmp_path / "out"),
+                "--set",
+                "source=deepcoder",
+                "--set",
+                f"deepcoder.path={FIXTURE}",
+                "--set",
+                "max_test_chars=1",
+            ]
+        )
     assert not list((tmp_path / "out").glob("*.parquet"))

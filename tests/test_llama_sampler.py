@@ -22,8 +22,9 @@ def model():
 
 def prompts(n=6, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, VOCAB, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(3, VOCAB, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
 
 
 def test_supports_the_tiny_llama_only(model):
@@ -51,9 +52,19 @@ def grouped_model(kv_heads):
     """A float32 Llama with 4 query heads over `kv_heads` key/value heads (another rope theta too)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=128,
-                         rope_theta=500.0, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=128,
+        rope_theta=500.0,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+    )
     torch.manual_seed(1)
     return LlamaForCausalLM(config).eval()
 
@@ -79,12 +90,15 @@ def test_decoder_logits_match_transformers_forward(kv_heads):
         assert torch.allclose(logits, expected[:, width - 1 + t], atol=1e-5), t
 
 
-@pytest.mark.parametrize("settings", [
-    dict(temperature=0.0, top_k=0, top_p=1.0),
-    dict(temperature=1.0, top_k=0, top_p=1.0),
-    dict(temperature=0.7, top_k=5, top_p=1.0),
-    dict(temperature=1.0, top_k=0, top_p=0.8),
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(temperature=0.0, top_k=0, top_p=1.0),
+        dict(temperature=1.0, top_k=0, top_p=1.0),
+        dict(temperature=0.7, top_k=5, top_p=1.0),
+        dict(temperature=1.0, top_k=0, top_p=0.8),
+    ],
+)
 def test_sequences_match_generate_on_a_seed(model, settings):
     """6 prompts x 3 rollouts against `generate` on the 18 rows (each prompt repeated 3 times)."""
     n = 3
@@ -94,9 +108,13 @@ def test_sequences_match_generate_on_a_seed(model, settings):
         hf.update(temperature=settings["temperature"], top_k=settings["top_k"], top_p=settings["top_p"])
     torch.manual_seed(5)
     with torch.no_grad():
-        expected = model.generate(input_ids=input_ids.repeat_interleave(n, 0),
-                                  attention_mask=attention.repeat_interleave(n, 0), pad_token_id=PAD,
-                                  eos_token_id=EOS, **hf)[:, input_ids.shape[1]:]
+        expected = model.generate(
+            input_ids=input_ids.repeat_interleave(n, 0),
+            attention_mask=attention.repeat_interleave(n, 0),
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            **hf,
+        )[:, input_ids.shape[1] :]
     torch.manual_seed(5)
     got = sampler.sample_groups(model, input_ids, attention, n, max_new_tokens=24, eos=EOS, pad=PAD, **settings)
     assert got.tolist() == expected.tolist()

@@ -33,16 +33,20 @@ class EchoBackend:
 
 @pytest.fixture
 def server():
-    with LoopbackServer(EchoBackend(), "echo", max_tokens_cap=16, max_body_bytes=10_000, workers=4,
-                        idle_timeout_s=1.0) as running:
+    with LoopbackServer(
+        EchoBackend(), "echo", max_tokens_cap=16, max_body_bytes=10_000, workers=4, idle_timeout_s=1.0
+    ) as running:
         yield running
 
 
 def post(server, body: bytes, *, token=True, headers=None):
     """(status, JSON answer) of a raw POST to the chat endpoint."""
     host, port = server._httpd.server_address[:2]
-    head = {"Content-Type": "application/json", **({"Authorization": f"Bearer {server.token}"} if token else {}),
-            **(headers or {})}
+    head = {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {server.token}"} if token else {}),
+        **(headers or {}),
+    }
     request = urllib.request.Request(f"{server.url}/chat/completions", data=body, headers=head)
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
@@ -75,25 +79,31 @@ def test_a_request_without_the_token_is_refused(server):
     assert status == 200 and answer["choices"][0]["message"]["content"] == "echo 3"
 
 
-@pytest.mark.parametrize("fields, words", [
-    ({"n": "abc"}, "'n' must be an integer"),
-    ({"temperature": float("nan")}, "'temperature' must be a finite number"),
-    ({"max_tokens": 1e999}, "'max_tokens' must be an integer"),
-    ({"seed": 2**70}, "'seed' must be an integer"),
-    ({"top_p": 1.5}, "top_p must be in (0, 1]"),
-    ({"n": 2}, "n > 1 is not supported"),
-])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"n": "abc"}, "'n' must be an integer"),
+        ({"temperature": float("nan")}, "'temperature' must be a finite number"),
+        ({"max_tokens": 1e999}, "'max_tokens' must be an integer"),
+        ({"seed": 2**70}, "'seed' must be an integer"),
+        ({"top_p": 1.5}, "top_p must be in (0, 1]"),
+        ({"n": 2}, "n > 1 is not supported"),
+    ],
+)
 def test_malformed_fields_get_400_with_the_reason(server, fields, words):
     body = json.dumps({"messages": [{"role": "user", "content": "hi"}], **fields}).encode()
     status, answer = post(server, body)
     assert status == 400 and words in answer["error"]["message"]
 
 
-@pytest.mark.parametrize("body, words", [
-    (b"[1, 2]", "must be a JSON object"),
-    (b"not json", "not JSON"),
-    (b"[" * 100_000 + b"]" * 100_000, None),  # deep nesting: over the body limit here, 413
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (b"[1, 2]", "must be a JSON object"),
+        (b"not json", "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, None),  # deep nesting: over the body limit here, 413
+    ],
+)
 def test_bodies_that_are_not_requests_get_4xx(server, body, words):
     status, answer = post(server, body)
     assert status in (400, 413)
@@ -108,16 +118,27 @@ def test_deep_json_within_the_size_limit_is_a_400(server):
 
 def test_a_body_over_the_limit_is_refused_unread(server):
     started = time.time()
-    reply = raw(server, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                server.token.encode() + b"\r\nContent-Length: 100000000\r\n\r\n" + b"x" * 1000)
+    reply = raw(
+        server,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + server.token.encode()
+        + b"\r\nContent-Length: 100000000\r\n\r\n"
+        + b"x" * 1000,
+    )
     assert reply.startswith(b"HTTP/1.0 413") or reply.startswith(b"HTTP/1.1 413")
     assert time.time() - started < 5  # answered without reading 100 MB
 
 
 @pytest.mark.parametrize("length, status", [(b"-1", b"400"), (b"abc", b"400")])
 def test_a_lying_content_length_is_a_400(server, length, status):
-    reply = raw(server, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                server.token.encode() + b"\r\nContent-Length: " + length + b"\r\n\r\n{}")
+    reply = raw(
+        server,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + server.token.encode()
+        + b"\r\nContent-Length: "
+        + length
+        + b"\r\n\r\n{}",
+    )
     assert reply.split(b" ")[1] == status
 
 
@@ -146,8 +167,15 @@ def test_a_burst_of_concurrent_requests_is_answered_in_full(server):
 def test_clients_that_trickle_their_requests_are_dropped_and_do_not_starve_requests():
     """8 connections sending a byte a second held all 8 workers: a request with the token waited 8 s at a
     2 s idle timeout, longer with more of them (a socket timeout restarts with every byte)."""
-    with LoopbackServer(EchoBackend(), "echo", max_tokens_cap=16, max_body_bytes=10_000, workers=4,
-                        idle_timeout_s=30.0, request_timeout_s=1.0) as server:
+    with LoopbackServer(
+        EchoBackend(),
+        "echo",
+        max_tokens_cap=16,
+        max_body_bytes=10_000,
+        workers=4,
+        idle_timeout_s=30.0,
+        request_timeout_s=1.0,
+    ) as server:
         host, port = server._httpd.server_address[:2]
         stop = threading.Event()
         dropped = []
@@ -165,11 +193,15 @@ def test_clients_that_trickle_their_requests_are_dropped_and_do_not_starve_reque
                     time.sleep(0.2)
                 dropped.append(False)
 
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-                "Content-Length: 500\r\n\r\n").encode()
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+            "Content-Length: 500\r\n\r\n"
+        ).encode()
         slow = [threading.Thread(target=trickle, args=(head + b" " * 500,)) for _ in range(4)]
-        slow += [threading.Thread(target=trickle, args=(b"GET /v1/models HTTP/1.1\r\n" + b"X-Pad: a\r\n" * 300,))
-                 for _ in range(4)]
+        slow += [
+            threading.Thread(target=trickle, args=(b"GET /v1/models HTTP/1.1\r\n" + b"X-Pad: a\r\n" * 300,))
+            for _ in range(4)
+        ]
         for thread in slow:
             thread.start()
         try:

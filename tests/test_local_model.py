@@ -5,8 +5,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from vpo.generate import load_pretrained  # noqa: E402
-from vpo.local.model import (TAG_PATTERN, build_model, build_tokenizer,  # noqa: E402
-                             frequent_phrases, save_pretrained_atomic)
+from vpo.local.model import (
+    TAG_PATTERN,
+    build_model,
+    build_tokenizer,  # noqa: E402
+    frequent_phrases,
+    save_pretrained_atomic,
+)
 from vpo.tiny_llama import TinyModelSettings  # noqa: E402
 
 PROMPTS = [
@@ -48,7 +53,12 @@ def test_chat_template_renders_user_turn_and_generation_prompt():
     text = tok.apply_chat_template([{"role": "user", "content": "S . #"}], add_generation_prompt=True, tokenize=False)
     assert text == "<|user|> S . # <|assistant|> "
     assert tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"]) == [
-        "<|user|>", "S", ".", "#", "<|assistant|>"]
+        "<|user|>",
+        "S",
+        ".",
+        "#",
+        "<|assistant|>",
+    ]
 
 
 def test_save_load_round_trip_gives_identical_logits(tmp_path):
@@ -60,8 +70,14 @@ def test_save_load_round_trip_gives_identical_logits(tmp_path):
 
     tok = make_tokenizer()
     settings = TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
-    model = build_model(len(tok), settings, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                        eos_token_id=tok.eos_token_id, seed=3)
+    model = build_model(
+        len(tok),
+        settings,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        seed=3,
+    )
     out = save_pretrained_atomic(model, tok, tmp_path / "m")
     assert not list(tmp_path.glob("*.tmp-*"))
     loaded, tok2 = load_pretrained(out)
@@ -112,9 +128,13 @@ def test_the_light_tokenizer_gives_what_transformers_gives(tmp_path):
     from vpo.tiny_llama import TinyTokenizer
 
     tok = make_tokenizer()
-    model = build_model(len(tok), TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
-                                                    max_positions=64), pad_token_id=tok.pad_token_id,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = build_model(
+        len(tok),
+        TinyModelSettings(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     out = save_pretrained_atomic(model, tok, tmp_path / "m")
     light, full = TinyTokenizer(out), PreTrainedTokenizerFast.from_pretrained(out)
     texts = PROMPTS + DEMOS + ["<route_2> UP zebra 0.35 </route_2></s>", "", "  spaced   out  "]
@@ -126,15 +146,25 @@ def test_the_light_tokenizer_gives_what_transformers_gives(tmp_path):
         for skip in (True, False):
             assert light.decode(ids, skip_special_tokens=skip) == full.decode(ids, skip_special_tokens=skip)
     conversations = [[{"role": "user", "content": p}] for p in PROMPTS] + [
-        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "S . #"},
-         {"role": "assistant", "content": "<answer>UP</answer>"}, {"role": "user", "content": "again"}]]
+        [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "S . #"},
+            {"role": "assistant", "content": "<answer>UP</answer>"},
+            {"role": "user", "content": "again"},
+        ]
+    ]
     for conversation in conversations:
         for generation_prompt in (True, False):
-            assert light.apply_chat_template(conversation, add_generation_prompt=generation_prompt, tokenize=False,
-                                             enable_thinking=False) == full.apply_chat_template(
-                conversation, add_generation_prompt=generation_prompt, tokenize=False, enable_thinking=False)
+            assert light.apply_chat_template(
+                conversation, add_generation_prompt=generation_prompt, tokenize=False, enable_thinking=False
+            ) == full.apply_chat_template(
+                conversation, add_generation_prompt=generation_prompt, tokenize=False, enable_thinking=False
+            )
     assert (light.pad_token_id, light.bos_token_id, light.eos_token_id) == (
-        full.pad_token_id, full.bos_token_id, full.eos_token_id)
+        full.pad_token_id,
+        full.bos_token_id,
+        full.eos_token_id,
+    )
     assert len(light) == len(full) and light.get_vocab() == full.get_vocab()
     (tmp_path / "copy").mkdir()
     light.save_pretrained(tmp_path / "copy")

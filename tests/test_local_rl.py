@@ -27,8 +27,9 @@ def test_ppo_clip_loss_hand_values():
 
 def test_ppo_loss_sequence_advantage_broadcasts_and_gradient_sign():
     logp = torch.zeros(2, 3, requires_grad=True)
-    loss, _, _ = ppo_clip_loss(logp, torch.zeros(2, 3), torch.tensor([2.0, -1.0]), torch.ones(2, 3), clip_ratio=0.2,
-                               clip_ratio_c=3.0)
+    loss, _, _ = ppo_clip_loss(
+        logp, torch.zeros(2, 3), torch.tensor([2.0, -1.0]), torch.ones(2, 3), clip_ratio=0.2, clip_ratio_c=3.0
+    )
     loss.backward()
     # At ratio 1, d loss / d logp = -A / (#tokens): positive advantage -> push log-prob up.
     assert torch.allclose(logp.grad, torch.tensor([[-2.0] * 3, [1.0] * 3]) / 6)
@@ -53,16 +54,18 @@ def test_low_var_kl_is_bounded_at_10_and_finite_where_the_policy_gives_a_token_n
 
 def test_ppo_clip_loss_bounds_the_log_ratio_of_its_kl_statistic_at_20():
     logp = torch.tensor([[30.0, -30.0, 1.0]])
-    _, _, approx_kl = ppo_clip_loss(logp, torch.zeros_like(logp), torch.tensor([1.0]), torch.ones_like(logp),
-                                    clip_ratio=0.2, clip_ratio_c=3.0)
+    _, _, approx_kl = ppo_clip_loss(
+        logp, torch.zeros_like(logp), torch.tensor([1.0]), torch.ones_like(logp), clip_ratio=0.2, clip_ratio_c=3.0
+    )
     assert float(approx_kl) == pytest.approx((-20.0 + 20.0 - 1.0) / 3)
 
 
 def test_ppo_clip_loss_clips_below_for_negative_advantages_and_dual_clips_only_them():
     ratios = torch.tensor([[0.5, 5.0]])
     adv = torch.tensor([[-1.0, 0.5]])
-    loss, _, _ = ppo_clip_loss(torch.log(ratios), torch.zeros_like(ratios), adv, torch.ones_like(ratios),
-                               clip_ratio=0.2, clip_ratio_c=3.0)
+    loss, _, _ = ppo_clip_loss(
+        torch.log(ratios), torch.zeros_like(ratios), adv, torch.ones_like(ratios), clip_ratio=0.2, clip_ratio_c=3.0
+    )
     # token 1: max(0.5, 0.8) = 0.8, under the dual bound 3; token 2 (A > 0): max(-2.5, -0.6) = -0.6, no dual clip
     assert float(loss) == pytest.approx((0.8 - 0.6) / 2, abs=1e-6)
 
@@ -105,9 +108,19 @@ def _tiny_policy(seed=0):
     from vpo.tiny_llama import TinyLlama
 
     torch.manual_seed(seed)
-    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 20, "hidden_size": 16, "intermediate_size": 32,
-              "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
-              "max_position_embeddings": 64, "pad_token_id": 0, "tie_word_embeddings": True}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 20,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 64,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+    }
     return TinyLlama(config)
 
 
@@ -126,9 +139,14 @@ def test_every_mini_batchs_old_log_probabilities_are_the_policys_before_the_firs
     from vpo.settings import LocalTrainerSettings
     from conftest import TINY_LOCAL_TRAINER
 
-    settings = dataclasses.replace(LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER),
-                                   ppo_mini_batches=mini_batches, kl_coef=0.0, entropy_coef=0.0, grad_clip=1e9,
-                                   temperature=0.7)
+    settings = dataclasses.replace(
+        LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER),
+        ppo_mini_batches=mini_batches,
+        kl_coef=0.0,
+        entropy_coef=0.0,
+        grad_clip=1e9,
+        temperature=0.7,
+    )
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(1, 20, (5 + i,), generator=g).tolist() for i in range(2 * mini_batches)]
     responses = [torch.randint(1, 20, (2 + i % 5,), generator=g).tolist() for i in range(4 * mini_batches)]
@@ -136,8 +154,14 @@ def test_every_mini_batchs_old_log_probabilities_are_the_policys_before_the_firs
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] + [0.0] * 4 * (mini_batches - 1))
     policy = _tiny_policy()
     before = copy.deepcopy(policy)
-    stats = policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.5), batch, advantages,
-                          torch.zeros(4 * mini_batches, batch.mask.shape[1]), settings)
+    stats = policy_update(
+        policy,
+        torch.optim.SGD(policy.parameters(), lr=0.5),
+        batch,
+        advantages,
+        torch.zeros(4 * mini_batches, batch.mask.shape[1]),
+        settings,
+    )
     assert set(stats) == {"pg_loss", "kl", "entropy", "clipfrac", "ppo_kl", "grad_norm"}
     assert all(len(values) == mini_batches for values in stats.values())
     expected = [0.0]
@@ -146,7 +170,7 @@ def test_every_mini_batchs_old_log_probabilities_are_the_policys_before_the_firs
             old, _ = batch.logprobs(before, groups=groups, temperature=0.7)
             new, _ = batch.logprobs(policy, groups=groups, temperature=0.7)
         rows = slice(2 * groups.start, 2 * groups.stop)
-        expected.append(float(masked_mean(old - new, batch.mask[rows, :old.shape[1]])))
+        expected.append(float(masked_mean(old - new, batch.mask[rows, : old.shape[1]])))
     assert min(abs(e) for e in expected[1:]) > 1e-3  # the first update moved the later mini-batches' log-probabilities
     assert stats["ppo_kl"] == pytest.approx(expected, abs=1e-6)
 
@@ -162,11 +186,21 @@ def test_one_update_descends_the_ppo_loss_plus_kl_minus_entropy_at_the_sampling_
     from vpo.local.rl import policy_update
     from vpo.settings import LocalTrainerSettings
 
-    settings = dataclasses.replace(LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER), ppo_mini_batches=1,
-                                   kl_coef=0.3, entropy_coef=0.2, grad_clip=1e9, temperature=0.7)
+    settings = dataclasses.replace(
+        LocalTrainerSettings.from_dict(TINY_LOCAL_TRAINER),
+        ppo_mini_batches=1,
+        kl_coef=0.3,
+        entropy_coef=0.2,
+        grad_clip=1e9,
+        temperature=0.7,
+    )
     g = torch.Generator().manual_seed(4)
-    batch = StepBatch([torch.randint(1, 20, (6,), generator=g).tolist() for _ in range(2)],
-                      [torch.randint(1, 20, (3 + i,), generator=g).tolist() for i in range(4)], 2, pad_id=0)
+    batch = StepBatch(
+        [torch.randint(1, 20, (6,), generator=g).tolist() for _ in range(2)],
+        [torch.randint(1, 20, (3 + i,), generator=g).tolist() for i in range(4)],
+        2,
+        pad_id=0,
+    )
     advantages = torch.tensor([1.0, -1.0, 0.3, -0.3])
     policy = _tiny_policy(seed=2)
     expected = copy.deepcopy(policy)
@@ -174,9 +208,13 @@ def test_one_update_descends_the_ppo_loss_plus_kl_minus_entropy_at_the_sampling_
     # a reference within 0.5 of the policy on every token: its KL term has a gradient (past a log-ratio of 2.62
     # the KL is clamped at 10 and has none)
     reference_logp = logp.detach() + torch.rand(logp.shape, generator=g) - 0.5
-    mask = batch.mask[:, :logp.shape[1]]
+    mask = batch.mask[:, : logp.shape[1]]
     pg, _, _ = ppo_clip_loss(logp, logp.detach(), advantages, mask, clip_ratio=0.2, clip_ratio_c=3.0)
-    loss = pg + 0.3 * masked_mean(low_var_kl(logp, reference_logp[:, :logp.shape[1]]), mask) - 0.2 * masked_mean(entropy, mask)
+    loss = (
+        pg
+        + 0.3 * masked_mean(low_var_kl(logp, reference_logp[:, : logp.shape[1]]), mask)
+        - 0.2 * masked_mean(entropy, mask)
+    )
     loss.backward()
     policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, advantages, reference_logp, settings)
     for (name, got), want in zip(policy.named_parameters(), expected.parameters()):
@@ -195,5 +233,6 @@ def test_a_batch_that_does_not_split_into_whole_groups_per_mini_batch_is_refused
     batch = StepBatch([[1, 2], [3, 4], [5, 6]], [[1], [2], [3], [4], [5], [6]], 2, pad_id=0)
     policy = _tiny_policy()
     with pytest.raises(ValueError, match="3 prompts do not split into 2 equal mini-batches"):
-        policy_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, torch.zeros(6),
-                      torch.zeros(6, 1), settings)
+        policy_update(
+            policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, torch.zeros(6), torch.zeros(6, 1), settings
+        )

@@ -30,8 +30,27 @@ def tiny_config(tmp_path_factory):
 
 
 def train_args(cfg, data, base, out, method="grpo", seed=0):
-    return ["train", "--backend", "local", "--task", "maze", "--method", method, "--seed", str(seed),
-            "--preset", "ci", "--config", str(cfg), "--data", str(data), "--base-model", str(base), "--out", str(out)]
+    return [
+        "train",
+        "--backend",
+        "local",
+        "--task",
+        "maze",
+        "--method",
+        method,
+        "--seed",
+        str(seed),
+        "--preset",
+        "ci",
+        "--config",
+        str(cfg),
+        "--data",
+        str(data),
+        "--base-model",
+        str(base),
+        "--out",
+        str(out),
+    ]
 
 
 def read_metrics(run_dir):
@@ -53,11 +72,11 @@ def read_wandb_offline_run(path):
         if left < 7:
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if length == 0 and kind == 0:  # block padding
             pos += left
             continue
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         partial = chunk if kind in (1, 2) else partial + chunk
         if kind in (1, 4):
             chunks.append(partial)
@@ -67,9 +86,14 @@ def read_wandb_offline_run(path):
         record.ParseFromString(raw)
         records.append(record)
     run = next((r.run for r in records if r.WhichOneof("record_type") == "run"), None)
-    history = [{"step": r.history.step.num, **{item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                                               for item in r.history.item}}
-               for r in records if r.WhichOneof("record_type") == "history"]
+    history = [
+        {
+            "step": r.history.step.num,
+            **{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item},
+        }
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
     return run, history
 
 
@@ -89,8 +113,9 @@ def strip_timing(records):
 
 
 @pytest.mark.parametrize("method", ["grpo", "vpo"])
-def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tiny_base_model, tiny_multi_base_model,
-                                       tmp_path):
+def test_train_cli_writes_run_directory(
+    method, tiny_config, tiny_maze_data, tiny_base_model, tiny_multi_base_model, tmp_path
+):
     from vpo.cli import main
     from vpo.generate import load_pretrained
     from vpo.task import resolve
@@ -102,8 +127,16 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     objectives = resolve("maze").objective_names
     for r in records:
-        assert {"pool_diversity", "score_mean", "parse_failure_rate", "entropy", "wall_time_s", "kl",
-                "advantage/mean", "advantage/std"} <= set(r)
+        assert {
+            "pool_diversity",
+            "score_mean",
+            "parse_failure_rate",
+            "entropy",
+            "wall_time_s",
+            "kl",
+            "advantage/mean",
+            "advantage/std",
+        } <= set(r)
         assert all(f"reward/{name}" in r for name in objectives)
         assert 0.0 <= r["score_mean"] <= 1.0 and r["pool_diversity"] >= 0.0
         assert 0.0 <= r["truncated_share"] <= 1.0
@@ -115,11 +148,14 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["final", "step_2", "step_4"]
     load_pretrained(out / "checkpoints" / "final")
     info = json.loads((out / "train.json").read_text())
-    assert {"backend", "task", "method", "seed", "preset", "steps", "wall_time_s", "config_hash", "provenance"} <= set(info)
+    assert {"backend", "task", "method", "seed", "preset", "steps", "wall_time_s", "config_hash", "provenance"} <= set(
+        info
+    )
     assert (info["backend"], info["method"], info["steps"], info["resumed_from_step"]) == ("local", method, 4, 0)
     # train.json is the last file written (W&B's own log files aside: its service process may flush them later)
-    newest_other = max(p.stat().st_mtime for p in out.rglob("*")
-                       if p.is_file() and p.name != "train.json" and "wandb" not in p.parts)
+    newest_other = max(
+        p.stat().st_mtime for p in out.rglob("*") if p.is_file() and p.name != "train.json" and "wandb" not in p.parts
+    )
     assert (out / "train.json").stat().st_mtime >= newest_other
     # the config's wandb block (offline): one W&B run per cell, named as veRL's, with every step's metrics
     from vpo.tracking import run_id
@@ -127,19 +163,33 @@ def test_train_cli_writes_run_directory(method, tiny_config, tiny_maze_data, tin
     files = list((out / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     run, history = wandb_offline_run(files[0], steps=4)
-    assert (run.run_id, run.project, run.display_name) == (run_id("maze", method, 0, out), "vpo_maze", f"{method}_maze_seed0")
+    assert (run.run_id, run.project, run.display_name) == (
+        run_id("maze", method, 0, out),
+        "vpo_maze",
+        f"{method}_maze_seed0",
+    )
     assert [h["step"] for h in history] == [1, 2, 3, 4]
     assert [h["score_mean"] for h in history] == pytest.approx([r["score_mean"] for r in records])
     assert [h["pool_diversity"] for h in history] == pytest.approx([r["pool_diversity"] for r in records])
 
 
-def test_same_seed_same_metrics_and_seed_changes_them(tiny_maze_data, tiny_multi_base_model, tiny_local_settings,
-                                                       tmp_path):
+def test_same_seed_same_metrics_and_seed_changes_them(
+    tiny_maze_data, tiny_multi_base_model, tiny_local_settings, tmp_path
+):
     from vpo.local.trainer import RunSpec, train_local
 
     def run(name, seed):
-        spec = RunSpec("maze", "vpo", seed, str(tiny_maze_data), str(tiny_multi_base_model), str(tmp_path / name),
-                       tiny_local_settings, {"n_weights": 20}, m=3)
+        spec = RunSpec(
+            "maze",
+            "vpo",
+            seed,
+            str(tiny_maze_data),
+            str(tiny_multi_base_model),
+            str(tmp_path / name),
+            tiny_local_settings,
+            {"n_weights": 20},
+            m=3,
+        )
         train_local(spec)
         return strip_timing(read_metrics(tmp_path / name))
 
@@ -162,8 +212,12 @@ def test_killed_run_resumes_from_latest_checkpoint(tiny_config, tiny_maze_data, 
 
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "vpo.cli", *train_args(cfg, tiny_maze_data, tiny_base_model, killed)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vpo.cli", *train_args(cfg, tiny_maze_data, tiny_base_model, killed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 240
     while not checkpoint_steps(killed / "checkpoints") and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -194,7 +248,9 @@ def test_bad_input_fails_before_training(tiny_config, tiny_maze_data, tiny_base_
         main(train_args(tiny_config, tmp_path / "no_data", tiny_base_model, tmp_path / "r"))
     with pytest.raises(ValueError, match="unknown method"):
         main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="ppo_typo"))
-    with pytest.raises(ValueError, match=r"vpo answers multi prompts but .* single prompts; pass results/<preset>/base/maze/multi"):
+    with pytest.raises(
+        ValueError, match=r"vpo answers multi prompts but .* single prompts; pass results/<preset>/base/maze/multi"
+    ):
         main(train_args(tiny_config, tiny_maze_data, tiny_base_model, tmp_path / "r", method="vpo"))
     assert not (tmp_path / "r").exists()
 
@@ -217,8 +273,26 @@ def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_d
     from vpo.generate import load_pretrained
 
     out = tmp_path / "base"
-    assert main(["base-model", "--task", "maze", "--mode", "goal", "--data", str(tiny_maze_data), "--preset", "ci",
-                 "--config", str(tiny_config), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "base-model",
+                "--task",
+                "maze",
+                "--mode",
+                "goal",
+                "--data",
+                str(tiny_maze_data),
+                "--preset",
+                "ci",
+                "--config",
+                str(tiny_config),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     info = json.loads((out / "base.json").read_text())
     assert info["parameters"] > 0 and info["settings"]["hidden_size"] == TINY_LOCAL_TRAINER["hidden_size"]
     assert info["mode"] == "goal" and {"success_rate", "score_mean", "truncated_share"} <= set(info["sampled"])
@@ -237,8 +311,9 @@ def _final_weights(out):
     return (Path(out) / "checkpoints" / "final" / "model.safetensors").read_bytes()
 
 
-def test_changed_settings_or_a_finished_run_retrain_from_step_0(tiny_maze_data, tiny_base_model, tiny_local_settings,
-                                                                 tmp_path, caplog):
+def test_changed_settings_or_a_finished_run_retrain_from_step_0(
+    tiny_maze_data, tiny_base_model, tiny_local_settings, tmp_path, caplog
+):
     import dataclasses
 
     from vpo.local.trainer import train_local
@@ -265,8 +340,9 @@ def _unfinished(out):
     shutil.rmtree(Path(out) / "checkpoints" / "final")
 
 
-def test_resume_needs_the_same_record_and_skips_a_damaged_newest_checkpoint(tiny_maze_data, tiny_base_model,
-                                                                            tiny_local_settings, tmp_path, caplog):
+def test_resume_needs_the_same_record_and_skips_a_damaged_newest_checkpoint(
+    tiny_maze_data, tiny_base_model, tiny_local_settings, tmp_path, caplog
+):
     import shutil
 
     from vpo.local.checkpoint import checkpoint_steps

@@ -58,16 +58,19 @@ A = ROUTES["A"]["moves"]
 A_LINEAR = ROUTES["A"]["linear"]
 
 
-@pytest.mark.parametrize("text, expected", [
-    (f"<ANSWER>{A.lower()}</Answer>", A_LINEAR),                      # tags and moves in any case
-    (f"I think {A} works", A_LINEAR),                                # no tag: the whole text
-    (f"<answer>{A}</answer> then <answer>DOWN</answer>", A_LINEAR),  # first block only
-    (f"<answer>RIGHT</answer> {A}", [0, 0, 0, 0]),                   # first block, not the rest
-    (A.replace(" ", ","), A_LINEAR),                                  # punctuation separates words
-    ("UPRIGHT DOWNRIGHT", [0, 0, 0, 0]),                              # not whole words
-    ("<answer></answer>", [0, 0, 0, 0]),
-    ("", [0, 0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (f"<ANSWER>{A.lower()}</Answer>", A_LINEAR),  # tags and moves in any case
+        (f"I think {A} works", A_LINEAR),  # no tag: the whole text
+        (f"<answer>{A}</answer> then <answer>DOWN</answer>", A_LINEAR),  # first block only
+        (f"<answer>RIGHT</answer> {A}", [0, 0, 0, 0]),  # first block, not the rest
+        (A.replace(" ", ","), A_LINEAR),  # punctuation separates words
+        ("UPRIGHT DOWNRIGHT", [0, 0, 0, 0]),  # not whole words
+        ("<answer></answer>", [0, 0, 0, 0]),
+        ("", [0, 0, 0, 0]),
+    ],
+)
 def test_single_answer_parsing(text, expected):
     assert vectors(compute_score("maze", text, gt("linear"), {})) == [pytest.approx(expected)]
 
@@ -82,43 +85,50 @@ def multi(text: str, m: int = 3) -> list[list[float]]:
     return vectors(compute_score("maze", text, gt("linear"), {"num_solutions": m}))
 
 
-@pytest.mark.parametrize("text, expected", [
-    # a route_i tag above m is never read, even when a lower slot is empty
-    (f"<route_1>{A}</route_1><route_4>{B}</route_4>", [LIN["A"], ZERO, ZERO]),
-    # duplicates are dropped after cutting to m slots: route 4 does not take the duplicate's row
-    (f"<route_1>{A}</route_1><route_2>{A}</route_2><route_3>{B}</route_3><route_4>{C}</route_4>",
-     [LIN["A"], LIN["B"], ZERO]),
-    # empty and moveless slots are zero rows; later routes keep their order
-    (f"<route_1></route_1><route_2>{B}</route_2><route_3>no moves</route_3>", [LIN["B"], ZERO, ZERO]),
-    # `---` parts are stripped and empty ones dropped: one real part is not a split, so the
-    # response falls through to its two <answer> blocks
-    (f"<answer>{A}</answer><answer>{B}</answer>\n---\n", [LIN["A"], LIN["B"], ZERO]),
-    (f"---\n{A}\n---\n\n---\n{B}\n---", [LIN["A"], LIN["B"], ZERO]),
-    # a route_i closed by another number is not a route_i block
-    (f"<route_1>{A}</route_2><route_2>{B}</route_2>", [LIN["B"], ZERO, ZERO]),
-    # the same number twice: only the first block is read
-    (f"<route_1>{A}</route_1><route_1>{B}</route_1>", [LIN["A"], ZERO, ZERO]),
-    # slot i runs to the first closer with its own number, whatever tags lie between: route 1 is
-    # A then B's moves (the walk ends at E after A), and route 2 is B
-    (f"<route_1>{A} <route_2>{B}</route_2></route_1>", [LIN["A"], LIN["B"], ZERO]),
-    # nested <answer>: the first opener to the first closer, so both move lists are read
-    (f"<answer>UP <answer>{A}</answer>", [LIN["A"], ZERO, ZERO]),  # UP bumps the border, A still fits
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # a route_i tag above m is never read, even when a lower slot is empty
+        (f"<route_1>{A}</route_1><route_4>{B}</route_4>", [LIN["A"], ZERO, ZERO]),
+        # duplicates are dropped after cutting to m slots: route 4 does not take the duplicate's row
+        (
+            f"<route_1>{A}</route_1><route_2>{A}</route_2><route_3>{B}</route_3><route_4>{C}</route_4>",
+            [LIN["A"], LIN["B"], ZERO],
+        ),
+        # empty and moveless slots are zero rows; later routes keep their order
+        (f"<route_1></route_1><route_2>{B}</route_2><route_3>no moves</route_3>", [LIN["B"], ZERO, ZERO]),
+        # `---` parts are stripped and empty ones dropped: one real part is not a split, so the
+        # response falls through to its two <answer> blocks
+        (f"<answer>{A}</answer><answer>{B}</answer>\n---\n", [LIN["A"], LIN["B"], ZERO]),
+        (f"---\n{A}\n---\n\n---\n{B}\n---", [LIN["A"], LIN["B"], ZERO]),
+        # a route_i closed by another number is not a route_i block
+        (f"<route_1>{A}</route_2><route_2>{B}</route_2>", [LIN["B"], ZERO, ZERO]),
+        # the same number twice: only the first block is read
+        (f"<route_1>{A}</route_1><route_1>{B}</route_1>", [LIN["A"], ZERO, ZERO]),
+        # slot i runs to the first closer with its own number, whatever tags lie between: route 1 is
+        # A then B's moves (the walk ends at E after A), and route 2 is B
+        (f"<route_1>{A} <route_2>{B}</route_2></route_1>", [LIN["A"], LIN["B"], ZERO]),
+        # nested <answer>: the first opener to the first closer, so both move lists are read
+        (f"<answer>UP <answer>{A}</answer>", [LIN["A"], ZERO, ZERO]),  # UP bumps the border, A still fits
+    ],
+)
 def test_multi_answer_parsing_rules(text, expected):
     assert multi(text) == [pytest.approx(row) for row in expected], text
 
 
 def test_multi_answer_fallbacks_and_padding():
     cases = [
-        (f"{A}\n---\n{B}", [LIN["A"], LIN["B"], ZERO]),                               # --- split
+        (f"{A}\n---\n{B}", [LIN["A"], LIN["B"], ZERO]),  # --- split
         (f"<answer>{A}</answer> or <answer>{B}</answer>", [LIN["A"], LIN["B"], ZERO]),  # several <answer>
-        (f"just {B}", [LIN["B"], ZERO, ZERO]),                                          # whole text is route 1
+        (f"just {B}", [LIN["B"], ZERO, ZERO]),  # whole text is route 1
         (f"<ROUTE_1>{A}</ROUTE_1><route_2>{A.lower()}</route_2>", [LIN["A"], ZERO, ZERO]),  # case-blind dup
-        ("".join(f"<route_{i}>{r}</route_{i}>" for i, r in enumerate(
-            [ROUTES[n]["moves"] for n in "ABCE"], 1)), [LIN["A"], LIN["B"], LIN["C"]]),  # 4 routes, m = 3
+        (
+            "".join(f"<route_{i}>{r}</route_{i}>" for i, r in enumerate([ROUTES[n]["moves"] for n in "ABCE"], 1)),
+            [LIN["A"], LIN["B"], LIN["C"]],
+        ),  # 4 routes, m = 3
         ("no moves at all --- none here", [ZERO, ZERO, ZERO]),
         (f"<route_1>LEFT <route_2>{B}</route_2>", [LIN["B"], ZERO, ZERO]),  # an unclosed tag is text
-        ("<route_1>" * 3000 + "</route_1>", [ZERO, ZERO, ZERO]),            # many unclosed tags
+        ("<route_1>" * 3000 + "</route_1>", [ZERO, ZERO, ZERO]),  # many unclosed tags
         ("<answer>" * 3000 + "---" * 3000, [ZERO, ZERO, ZERO]),
     ]
     for text, expected in cases:
@@ -177,8 +187,19 @@ SEEDS = json.loads((Path(__file__).parent / "fixtures" / "maze_seeds.json").read
 def test_the_authors_mazes_come_out_of_their_seeds(expected):
     maze = generate_maze(expected["seed"])
     assert maze["grid_text"].split("\n") == expected["grid_rows"]
-    for key in ("start", "end", "max_steps", "num_gold", "num_diamond", "num_lava", "via_gold", "via_diam",
-                "via_center", "both_corners_detour", "d_safe"):
+    for key in (
+        "start",
+        "end",
+        "max_steps",
+        "num_gold",
+        "num_diamond",
+        "num_lava",
+        "via_gold",
+        "via_diam",
+        "via_center",
+        "both_corners_detour",
+        "d_safe",
+    ):
         assert maze[key] == expected[key], key
 
 
@@ -214,7 +235,11 @@ def test_generator_invariants(sized_mazes):
         assert grid[mid][mid] == "B" and maze["bonus_cell"] == [mid, mid]
         assert sum(row.count("S") + row.count("E") + row.count("B") for row in grid) == 3
         cells = {t: [(r, c) for r in range(n) for c in range(n) if grid[r][c] == t] for t in "GDL"}
-        assert (len(cells["G"]), len(cells["D"]), len(cells["L"])) == (maze["num_gold"], maze["num_diamond"], maze["num_lava"])
+        assert (len(cells["G"]), len(cells["D"]), len(cells["L"])) == (
+            maze["num_gold"],
+            maze["num_diamond"],
+            maze["num_lava"],
+        )
         assert all(3 <= len(cells[t]) <= 5 for t in "GD"), maze["seed"]
         assert (3 if n == 9 else 1) <= len(cells["L"]) <= 5, maze["seed"]  # lava needs free interior cells
         assert all(abs(r - gold_c[0]) + abs(c - gold_c[1]) <= 2 for r, c in cells["G"])
@@ -236,6 +261,7 @@ def test_generator_invariants(sized_mazes):
 def test_smaller_mazes_are_a_setting_with_their_own_prompt(tmp_path):
     MAZE.preprocess(str(tmp_path), {"train_size": 3, "test_size": 2, "size": 7})
     import pandas as pd
+
     rows = pd.read_parquet(tmp_path / "train.parquet")
     prompt = rows.iloc[0]["prompt"][0]["content"]
     assert prompt.startswith("Navigate a 7x7 maze from S to E.")
@@ -313,15 +339,18 @@ def test_walls_borders_and_the_step_budget():
     assert score_moves(["RIGHT", "RIGHT"], {**row, "max_steps": 2})[0] == 1.0
 
 
-@pytest.mark.parametrize("text, m, slots", [
-    ("<ROUTE_1>UP</route_1><route_2>DOWN</ROUTE_2>", 3, ["UP", "DOWN", ""]),  # tags in any case
-    ("<route_0>UP</route_0>", 3, ["<route_0>UP</route_0>", "", ""]),          # numbering starts at 1
-    ("<route_2>UP</route_2>", 2, ["", "UP"]),
-    ("UP --- DOWN", 3, ["UP", "DOWN", ""]),
-    ("UP DOWN", 3, ["UP DOWN", "", ""]),
-    ("UP DOWN", 1, ["UP DOWN"]),
-    ("   ", 2, ["   ", ""]),
-])
+@pytest.mark.parametrize(
+    "text, m, slots",
+    [
+        ("<ROUTE_1>UP</route_1><route_2>DOWN</ROUTE_2>", 3, ["UP", "DOWN", ""]),  # tags in any case
+        ("<route_0>UP</route_0>", 3, ["<route_0>UP</route_0>", "", ""]),  # numbering starts at 1
+        ("<route_2>UP</route_2>", 2, ["", "UP"]),
+        ("UP --- DOWN", 3, ["UP", "DOWN", ""]),
+        ("UP DOWN", 3, ["UP DOWN", "", ""]),
+        ("UP DOWN", 1, ["UP DOWN"]),
+        ("   ", 2, ["   ", ""]),
+    ],
+)
 def test_route_slots(text, m, slots):
     assert route_slots(text, m) == slots
     assert MAZE.answer_slots(text, m) == slots
@@ -330,7 +359,12 @@ def test_route_slots(text, m, slots):
 def test_answers_of_the_maze_task():
     assert MAZE.is_correct([1.0, 0.0, 0.0, 0.0]) and not MAZE.is_correct([0.99, 1.0, 1.0, 1.0])
     assert not MAZE.is_correct([0.0, 1.0, 1.0, 1.0]) and not MAZE.is_correct([])
-    assert MAZE.parses("go there") is False and MAZE.parses("go up") is True and MAZE.parses("UP") is True and MAZE.parses("") is False
+    assert (
+        MAZE.parses("go there") is False
+        and MAZE.parses("go up") is True
+        and MAZE.parses("UP") is True
+        and MAZE.parses("") is False
+    )
     assert MAZE.split_answers("<route_1>UP</route_1> then LEFT", 1) == ["UP LEFT"]  # single answer: every move word
     assert MAZE.split_answers("no moves", 1) == []
     assert MAZE.split_answers("<route_1>UP</route_1><route_2>LEFT</route_2>", 2) == ["UP", "LEFT"]

@@ -44,7 +44,7 @@ def test_policy_measures_by_hand():
 def test_figure_draws(table, tmp_path):
     import matplotlib.pyplot as plt
 
-    from vpo.report.figures import mechanism_bandit
+    from vpo.report.mechanism_figures import mechanism_bandit
 
     plt.close(mechanism_bandit(bandit=table, out=tmp_path / "mechanism_bandit.png"))
     assert (tmp_path / "mechanism_bandit.png").stat().st_size > 10_000
@@ -62,4 +62,3 @@ def test_advantage_sweeps_by_hand():
     assert alpha.raw_mean.iloc[0] > alpha.raw_mean.iloc[-1]  # concentrated weights (small alpha) reward coverage more
     spread = table[(table.sweep == "sampler") & (table.n_weights == 64)].set_index("sampler").advantage_std
     assert spread["sobol"] < spread["naive"] / 3
-

@@ -114,7 +114,9 @@ def test_expected_best_of_m_hand_numbers():
 def test_diversity_equals_pairwise_loop(vectors):
     n = len(vectors)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    expected = sum(sum(abs(a - b) for a, b in zip(vectors[i], vectors[j])) for i, j in pairs) / len(pairs) if pairs else 0.0
+    expected = (
+        sum(sum(abs(a - b) for a, b in zip(vectors[i], vectors[j])) for i, j in pairs) / len(pairs) if pairs else 0.0
+    )
     assert diversity(vectors) == pytest.approx(expected, abs=1e-12)
 
 
@@ -123,7 +125,6 @@ def test_diversity_hand_numbers():
     assert diversity([[1, 0], [0, 1], [0.5, 0.5]]) == pytest.approx(4 / 3)
     assert diversity([[1, 0]]) == 0.0
     assert diversity([]) == 0.0
-
 
 
 def test_group_pool_diversity():

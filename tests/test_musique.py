@@ -48,15 +48,18 @@ def test_preprocessed_ground_truth(rows):
     assert "[3] (Title: Orme Lumineux) Orme Lumineux is a song" in by_id["2hop_"]["prompt"][0]["content"]
 
 
-@pytest.mark.parametrize("key, response, vector", [
-    ("2hop_", "<support>3, 1</support><answer>Miquette Giraudy</answer>", [1, 1, 1, 1, 1.0]),
-    ("2hop_", "<support>1</support><answer>Steve Hillage</answer>", [0, 1, 1, 1, 0.0]),
-    ("2hop_", "<support>3,1</support>", [0, 0, 0, 0, 0]),
-    ("2hop_", "<support>0, 2, 4, 5, 3, 1</support><answer>Giraudy</answer>", [0, 0, 1, 1, 2 / 3]),
-    ("2hop_", "<answer>the Miquette Giraudy!</answer>", [0, 0, 1, 1, 1.0]),
-    ("3hop1", "<support>0, 4</support><answer>1871</answer>", [1, 1, 0, 1, 1.0]),
-    ("4hop1", "<support>5,5,1,3,7,0</support><answer>Tolm</answer>", [1, 1, 1, 0, 1.0]),
-])
+@pytest.mark.parametrize(
+    "key, response, vector",
+    [
+        ("2hop_", "<support>3, 1</support><answer>Miquette Giraudy</answer>", [1, 1, 1, 1, 1.0]),
+        ("2hop_", "<support>1</support><answer>Steve Hillage</answer>", [0, 1, 1, 1, 0.0]),
+        ("2hop_", "<support>3,1</support>", [0, 0, 0, 0, 0]),
+        ("2hop_", "<support>0, 2, 4, 5, 3, 1</support><answer>Giraudy</answer>", [0, 0, 1, 1, 2 / 3]),
+        ("2hop_", "<answer>the Miquette Giraudy!</answer>", [0, 0, 1, 1, 1.0]),
+        ("3hop1", "<support>0, 4</support><answer>1871</answer>", [1, 1, 0, 1, 1.0]),
+        ("4hop1", "<support>5,5,1,3,7,0</support><answer>Tolm</answer>", [1, 1, 1, 0, 1.0]),
+    ],
+)
 def test_fixture_vectors(rows, key, response, vector):
     result = compute_score("musique", response, truth(rows, key), {})
     assert json.loads(result["sub_scores"]) == [pytest.approx(vector)]
@@ -65,11 +68,14 @@ def test_fixture_vectors(rows, key, response, vector):
     assert result["acc"] == float(min(vector) == 1)
 
 
-@pytest.mark.parametrize("support, cited", [
-    ("03, ３, 7", [3, 3, 7]),                      # leading zeros and fullwidth digits are decimal
-    ("[3], P3, +3, 3.0, ³, ③, 4", [4]),            # anything else is ignored
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "support, cited",
+    [
+        ("03, ３, 7", [3, 3, 7]),  # leading zeros and fullwidth digits are decimal
+        ("[3], P3, +3, 3.0, ³, ③, 4", [4]),  # anything else is ignored
+        ("", []),
+    ],
+)
 def test_support_tokens(support, cited):
     assert mq.cited_indices(f"<support>{support}</support>") == cited
 
@@ -134,8 +140,10 @@ def test_hop_stratified_on_the_fixture_matches_datasets():
 
     dev = mq.read_jsonl(FIXTURE / "musique_ans_v1.0_dev.jsonl")
     ds = datasets.Dataset.from_list([{"id": r["id"], "num_hops": len(r["question_decomposition"])} for r in dev])
-    parts = [b.select(range(min(1, len(b)))) for b in
-             (ds.filter(lambda r, h=h: r["num_hops"] == h).shuffle(seed=42) for h in (2, 3, 4))]
+    parts = [
+        b.select(range(min(1, len(b))))
+        for b in (ds.filter(lambda r, h=h: r["num_hops"] == h).shuffle(seed=42) for h in (2, 3, 4))
+    ]
     expected = datasets.concatenate_datasets(parts).shuffle(seed=42)["id"]
     assert [r["id"] for r in mq.hop_stratified(dev, 3, 42)] == expected
 
@@ -174,25 +182,70 @@ def test_hub_path_reads_the_dataset_through_datasets(tmp_path, monkeypatch):
 def test_unreachable_hub_fails_fast_naming_the_path_setting(tmp_path):
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
     start = time.time()
-    done = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "musique", "--out",
-                           str(tmp_path / "x")], capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "vpo.cli", "preprocess", "--task", "musique", "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode != 0 and time.time() - start < 30
     assert "task_settings.musique.data.path" in done.stderr
-    bad = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "musique", "--out",
-                          str(tmp_path / "y"), "--set", f"path={tmp_path}"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vpo.cli",
+            "preprocess",
+            "--task",
+            "musique",
+            "--out",
+            str(tmp_path / "y"),
+            "--set",
+            f"path={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "musique_ans_v1.0_train.jsonl" in bad.stderr
 
 
-FRAGMENTS = ["<support>", "</support>", "<answer>", "</answer>", "<response_1>", "</response_1>", "<response_2>",
-             "</response_2>", "<response_3>", "</response_3>", "3", "1", ",", " ", "Miquette", "Giraudy", "the", "\n", "③"]
+FRAGMENTS = [
+    "<support>",
+    "</support>",
+    "<answer>",
+    "</answer>",
+    "<response_1>",
+    "</response_1>",
+    "<response_2>",
+    "</response_2>",
+    "<response_3>",
+    "</response_3>",
+    "3",
+    "1",
+    ",",
+    " ",
+    "Miquette",
+    "Giraudy",
+    "the",
+    "\n",
+    "③",
+]
 
 
 @pytest.mark.slow
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=st.one_of(st.text(max_size=300), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)),
-       m=st.sampled_from([1, 3]))
+@given(
+    text=st.one_of(st.text(max_size=300), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)),
+    m=st.sampled_from([1, 3]),
+)
 def test_scorer_never_raises_and_stays_in_range(text, m):
-    gt = {"answer": "Miquette Giraudy", "answer_aliases": ["Miquette"], "supporting_indices_ordered": [3, 1], "num_hops": 2}
+    gt = {
+        "answer": "Miquette Giraudy",
+        "answer_aliases": ["Miquette"],
+        "supporting_indices_ordered": [3, 1],
+        "num_hops": 2,
+    }
     result = compute_score("musique", text, gt, {"num_solutions": m})
     matrix = np.asarray(json.loads(result["sub_scores"]))
     assert matrix.shape == (m, 5) and np.all((matrix >= 0) & (matrix <= 1))
@@ -200,8 +253,11 @@ def test_scorer_never_raises_and_stays_in_range(text, m):
 
 def test_one_megabyte_response_is_scored_quickly():
     gt = {"answer": "Miquette Giraudy", "answer_aliases": [], "supporting_indices_ordered": [3, 1], "num_hops": 2}
-    texts = ["<support>" + "1, " * 350_000 + "</support><answer>x</answer>", "<response_1>" * 80_000,
-             "<answer>" + "Miquette " * 110_000 + "</answer>"]
+    texts = [
+        "<support>" + "1, " * 350_000 + "</support><answer>x</answer>",
+        "<response_1>" * 80_000,
+        "<answer>" + "Miquette " * 110_000 + "</answer>",
+    ]
     slowest = 0.0
     for text in texts:
         for m in (1, 3):
@@ -213,7 +269,7 @@ def test_one_megabyte_response_is_scored_quickly():
 
 def test_token_f1_edges():
     assert mq.best_token_f1("Paris", ["", "Paris"]) == 1.0  # an empty alias does not end the search
-    assert mq.best_token_f1("the", ["a"]) == 1.0              # both normalise to nothing: equal
+    assert mq.best_token_f1("the", ["a"]) == 1.0  # both normalise to nothing: equal
     assert mq.best_token_f1("the", ["Paris"]) == 0.0 and mq.best_token_f1("Paris", ["the"]) == 0.0
     assert mq.best_token_f1("New York City", ["new york"]) == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
 

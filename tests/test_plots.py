@@ -9,19 +9,33 @@ from matplotlib.collections import PolyCollection
 
 from vpo.report.aggregate import aggregate_evals, aggregate_training
 from vpo.report.figures import curves_by_k, diversity_over_training
-from vpo.report.tables import curve_table, format_cell, main_table, render_curve, render_main
+from vpo.report.table_render import format_cell, render_curve, render_main
+from vpo.report.tables import curve_table, main_table
 
 METHODS = ["grpo", "multi_rlvr", "vpo"]
 TASKS = ["maze", "tool"]
 
 
 def eval_json(path, task, method, seed, best):
-    path.write_text(json.dumps({
-        "task": task, "method": method, "train_seed": seed, "eval_seed": 0, "budget": len(best), "n_problems": 2,
-        "pass_at_k": [min(1.0, b) for b in best], "best_at_k": best, "best_at_k_perm": best,
-        "expected_best_of_m": best[-1], "diversity": 0.1 * (seed + 1), "parse_failure_rate": 0.0,
-        "objective_means": {},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "task": task,
+                "method": method,
+                "train_seed": seed,
+                "eval_seed": 0,
+                "budget": len(best),
+                "n_problems": 2,
+                "pass_at_k": [min(1.0, b) for b in best],
+                "best_at_k": best,
+                "best_at_k_perm": best,
+                "expected_best_of_m": best[-1],
+                "diversity": 0.1 * (seed + 1),
+                "parse_failure_rate": 0.0,
+                "objective_means": {},
+            }
+        )
+    )
     return path
 
 
@@ -75,8 +89,11 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
             lines = []
             for step in range(1, 5):
                 value = 0.1 * step * (METHODS.index(method) + 1) + 0.01 * seed
-                record = ({"step": step, "pool_diversity": value} if fmt == "local"
-                          else {"step": step, "data": {"vpo/pool_diversity": value}})
+                record = (
+                    {"step": step, "pool_diversity": value}
+                    if fmt == "local"
+                    else {"step": step, "data": {"vpo/pool_diversity": value}}
+                )
                 lines.append(json.dumps(record) + "\n")
             (cell / "metrics.jsonl").write_text("".join(lines))
             markers.append(cell / "train.json")
@@ -97,9 +114,12 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
     assert list(vpo_mean.get_ydata()) == pytest.approx([0.3 * s + 0.005 for s in smoothed])
     assert list(vpo_seed0.get_ydata()) == pytest.approx([0.3 * s for s in smoothed])
     assert list(vpo_seed1.get_ydata()) == pytest.approx([0.3 * s + 0.01 for s in smoothed])
-    assert "thin: each seed" in fig._suptitle.get_text() and "moving average over 5 steps" in " ".join(fig._suptitle.get_text().split())
-    fig = diversity_over_training(training=aggregate_training(markers), methods=METHODS, tasks=["maze"], out=out,
-                                  scale="cpu preset: tiny model")
+    assert "thin: each seed" in fig._suptitle.get_text() and "moving average over 5 steps" in " ".join(
+        fig._suptitle.get_text().split()
+    )
+    fig = diversity_over_training(
+        training=aggregate_training(markers), methods=METHODS, tasks=["maze"], out=out, scale="cpu preset: tiny model"
+    )
     assert "cpu preset: tiny model" in fig._suptitle.get_text()
 
 
@@ -123,7 +143,7 @@ def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):
 
 
 def test_lead_marks_bold_only_a_clear_leader():
-    from vpo.report.tables import lead_marks
+    from vpo.report.table_render import lead_marks
 
     assert lead_marks([0.5, 0.3, 0.2], [0.05, 0.05, 0.05]) == ([True, False, False], [False] * 3)
     assert lead_marks([0.5, 0.42, 0.2], [0.05, 0.05, 0.05]) == ([False] * 3, [True, True, False])
@@ -174,7 +194,7 @@ def test_tables_render_as_html_for_the_report(tmp_path):
     Cells().feed(page.split("</style>", 1)[1])
     # caption, the task groups, their columns, then each method's row; the leader in bold
     assert cells[1:3] == ["Maze", "ToolRL"] and cells[3:7] == ["best@6", "diversity", "best@6", "diversity"]
-    assert cells[cells.index("VPO"):cells.index("VPO") + 3] == ["VPO", "0.450 ± 0.029", "0.200 ± 0.058"]
+    assert cells[cells.index("VPO") : cells.index("VPO") + 3] == ["VPO", "0.450 ± 0.029", "0.200 ± 0.058"]
     assert "<b>0.450 ± 0.029</b>" in page and "**" not in page
     assert render_main(table, TASKS, 6, latex=False, html=True) == page  # no random ids: reruns give the same file
 
@@ -227,15 +247,22 @@ def test_every_figure_has_one_name_for_file_command_rule_and_function():
         for name in figure.tables:  # each table the command needs is an input of the rule
             assert re.search(rf"\b{name}=|\*\*CURVE_INPUTS", body), (stem, name)
         parsed = build_parser("plot").parse_args(
-            ["plot", stem, *[a for name in figure.tables for a in (f"--{name.replace('_', '-')}", "x.csv")],
-             *[a for name in figure.options for a in (f"--{name}", "a")], "--out", f"{stem}.pdf"])
+            [
+                "plot",
+                stem,
+                *[a for name in figure.tables for a in (f"--{name.replace('_', '-')}", "x.csv")],
+                *[a for name in figure.options for a in (f"--{name}", "a")],
+                "--out",
+                f"{stem}.pdf",
+            ]
+        )
         assert parsed.figure == stem
 
 
 def test_labels_and_looks_come_from_the_method_table_and_the_task_plugins():
     from vpo.methods import METHODS, UNSTYLED
     from vpo.report.kit import method_style
-    from vpo.report.tables import method_label, task_label
+    from vpo.report.labels import method_label, task_label
     from vpo.task import TASKS
 
     assert method_label("vpo") == METHODS["vpo"].label == "VPO" and method_label("new_method") == "new_method"

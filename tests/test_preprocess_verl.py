@@ -17,15 +17,41 @@ from vpo.reward import compute_score
 
 REPO = Path(__file__).resolve().parent.parent
 GT_KEYS = {"grid_text", "start", "end", "max_steps", "num_gold", "num_diamond", "num_lava", "score_mode"}
-EXTRA_KEYS = {"split", "index", "task_id", "seed", "d_safe", "gold_corner", "diam_corner", "bonus_cell",
-              "via_gold", "via_diam", "via_center", "both_corners_detour", "prompt_fields"}
+EXTRA_KEYS = {
+    "split",
+    "index",
+    "task_id",
+    "seed",
+    "d_safe",
+    "gold_corner",
+    "diam_corner",
+    "bonus_cell",
+    "via_gold",
+    "via_diam",
+    "via_center",
+    "both_corners_detour",
+    "prompt_fields",
+}
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("data") / "maze"
-    rc = vpo_main(["preprocess", "--task", "maze", "--out", str(out), "--train-size", "40", "--test-size", "8",
-                   "--score-mode", "linear"])
+    rc = vpo_main(
+        [
+            "preprocess",
+            "--task",
+            "maze",
+            "--out",
+            str(out),
+            "--train-size",
+            "40",
+            "--test-size",
+            "8",
+            "--score-mode",
+            "linear",
+        ]
+    )
     assert rc == 0
     return out
 
@@ -80,7 +106,9 @@ def test_rows_read_back_score_through_the_reward(data_dir):
 
 
 def test_first_rows_are_the_authors_first_mazes(data_dir):
-    fixtures = {m["seed"]: m for m in json.loads((REPO / "tests" / "fixtures" / "maze_seeds.json").read_text())["mazes"]}
+    fixtures = {
+        m["seed"]: m for m in json.loads((REPO / "tests" / "fixtures" / "maze_seeds.json").read_text())["mazes"]
+    }
     for split, seed in (("train", 42), ("test", 4242)):
         first = pd.read_parquet(data_dir / f"{split}.parquet").iloc[0]
         assert first["extra_info"]["seed"] == seed
@@ -91,18 +119,37 @@ def test_first_rows_are_the_authors_first_mazes(data_dir):
 
 def test_preprocess_is_deterministic(data_dir, tmp_path):
     again = tmp_path / "again"
-    assert vpo_main(["preprocess", "--task", "maze", "--out", str(again), "--train-size", "40",
-                     "--test-size", "8", "--set", "score_mode=\"linear\""]) == 0
+    assert (
+        vpo_main(
+            [
+                "preprocess",
+                "--task",
+                "maze",
+                "--out",
+                str(again),
+                "--train-size",
+                "40",
+                "--test-size",
+                "8",
+                "--set",
+                'score_mode="linear"',
+            ]
+        )
+        == 0
+    )
     for name in ("train.parquet", "test.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(data_dir / name), pd.read_parquet(again / name))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--set", "train_sise=3"], "unknown setting"),
-    (["--set", "score_mode=quadratic"], "score_mode"),
-    (["--train-size", "0"], "at least 1"),
-    (["--set", "oops"], "KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "train_sise=3"], "unknown setting"),
+        (["--set", "score_mode=quadratic"], "score_mode"),
+        (["--train-size", "0"], "at least 1"),
+        (["--set", "oops"], "KEY=VALUE"),
+    ],
+)
 def test_bad_settings_fail_before_any_file_is_written(tmp_path, argv, message, capsys):
     out = tmp_path / "never"
     with pytest.raises(SystemExit) as err:
@@ -118,8 +165,24 @@ def test_unknown_task_names_the_known_ones(tmp_path):
 
 def test_sizes_come_from_the_config_preset(tmp_path):
     out = tmp_path / "ci"
-    assert vpo_main(["preprocess", "--task", "maze", "--out", str(out), "--config", str(REPO / "config.yaml"),
-                     "--preset", "ci", "--test-size", "3"]) == 0
+    assert (
+        vpo_main(
+            [
+                "preprocess",
+                "--task",
+                "maze",
+                "--out",
+                str(out),
+                "--config",
+                str(REPO / "config.yaml"),
+                "--preset",
+                "ci",
+                "--test-size",
+                "3",
+            ]
+        )
+        == 0
+    )
     import yaml
 
     ci = yaml.safe_load((REPO / "config.yaml").read_text())["presets"]["ci"]["task_settings"]["maze"]["data"]
@@ -139,10 +202,13 @@ def word_tokenizer(texts):
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     core.add_special_tokens(specials)  # matched whole, before the whitespace split
-    template = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
-                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                   eos_token="<|end|>", chat_template=template)
+    template = (
+        "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", eos_token="<|end|>", chat_template=template
+    )
 
 
 @pytest.mark.slow
@@ -154,15 +220,24 @@ def test_parquet_loads_with_verl_rlhf_dataset(data_dir, tmp_path):
     path = str(data_dir / "train.parquet")
     frame = pd.read_parquet(path)
     tokenizer = word_tokenizer([m["content"] for p in frame["prompt"] for m in p])
-    texts = [tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False) for p in frame["prompt"]]
+    texts = [
+        tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False) for p in frame["prompt"]
+    ]
     assert texts[0].startswith("<|user|> Navigate") and texts[0].endswith("<|end|> <|assistant|>")
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
     assert tokenizer.unk_token_id not in tokenizer(texts[0], add_special_tokens=False)["input_ids"]
 
     def dataset(max_prompt_length):
-        config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": max_prompt_length,
-                                   "filter_overlong_prompts": True, "filter_overlong_prompts_workers": 1,
-                                   "truncation": "error", "cache_dir": str(tmp_path / "cache")})
+        config = OmegaConf.create(
+            {
+                "prompt_key": "prompt",
+                "max_prompt_length": max_prompt_length,
+                "filter_overlong_prompts": True,
+                "filter_overlong_prompts_workers": 1,
+                "truncation": "error",
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        )
         return RLHFDataset(data_files=[path], tokenizer=tokenizer, config=config)
 
     full = dataset(max(lengths))
@@ -183,6 +258,7 @@ def test_parquet_loads_with_verl_rlhf_dataset(data_dir, tmp_path):
     prepared = prepare_row({k: v for k, v in item.items() if k in frame.columns}, "vpo", 3, seed=0)
     route = shortest_route(prepared["reward_model"]["ground_truth"])
     text = "\n".join(f"<route_{i}>{r}</route_{i}>" for i, r in enumerate([route, "UP", route], 1))
-    result = compute_score(prepared["data_source"], text, prepared["reward_model"]["ground_truth"],
-                           prepared["extra_info"])
+    result = compute_score(
+        prepared["data_source"], text, prepared["reward_model"]["ground_truth"], prepared["extra_info"]
+    )
     assert json.loads(result["sub_scores"])[0][0] == 1.0 and json.loads(result["sub_scores"])[2] == [0, 0, 0, 0]

@@ -11,10 +11,12 @@ def test_lines_are_time_based_with_an_eta():
         now[0] = 4.0 * step  # 4 s per step
         progress.update(step, "score 0.1")
     # the first step, then one line per 10 s or more (steps 4, 7, 10), and the last step
-    assert lines == ["step 1/10 score 0.1 (4 s elapsed, about 36 s left)",
-                     "step 4/10 score 0.1 (16 s elapsed, about 24 s left)",
-                     "step 7/10 score 0.1 (28 s elapsed, about 12 s left)",
-                     "step 10/10 score 0.1 (40 s elapsed, done)"]
+    assert lines == [
+        "step 1/10 score 0.1 (4 s elapsed, about 36 s left)",
+        "step 4/10 score 0.1 (16 s elapsed, about 24 s left)",
+        "step 7/10 score 0.1 (28 s elapsed, about 12 s left)",
+        "step 10/10 score 0.1 (40 s elapsed, done)",
+    ]
     assert all("\r" not in line for line in lines)
 
 

@@ -43,7 +43,9 @@ def test_multi_rewrite_asks_for_m_routes_with_a_per_route_budget(rows):
 
 def test_a_rewrite_without_its_anchor_raises():
     with pytest.raises(ValueError, match="did not find"):
-        rewrite_prompt([{"role": "user", "content": "Solve this maze, you have 9 steps."}], mode="multi", m=3, task="maze")
+        rewrite_prompt(
+            [{"role": "user", "content": "Solve this maze, you have 9 steps."}], mode="multi", m=3, task="maze"
+        )
     with pytest.raises(ValueError, match="no user message"):
         rewrite_prompt([{"role": "system", "content": MAZE.single_format_line}], mode="multi", m=3, task="maze")
     with pytest.raises(ValueError, match="prompt mode"):
@@ -56,7 +58,7 @@ def test_goal_rewrite_shows_each_objective_with_its_weight(rows):
     w = [0.1234, 0.5, 0.0066, 0.37]
     text = rewrite_prompt(rows[1]["prompt"], mode="goal", m=1, task=MAZE, weights=w)[0]["content"]
     assert text.startswith(content(rows[1]))  # appended, the answer format is kept
-    tail = text[len(content(rows[1])):].strip().split("\n")
+    tail = text[len(content(rows[1])) :].strip().split("\n")
     assert tail == [
         "Your objective weights (higher = more important to optimize):",
         "- Reaching the exit (E): 0.12",

@@ -119,7 +119,9 @@ def test_a_commit_is_shortened_and_no_other_value_is():
 
 def test_a_lock_is_matched_to_the_environment(tmp_path, monkeypatch):
     have = provenance.installed()
-    (tmp_path / "env.txt").write_text(f"numpy=={have['numpy']}\n    # via pandas\npyyaml=={have['pyyaml']} ; python_version >= '3'\n")
+    (tmp_path / "env.txt").write_text(
+        f"numpy=={have['numpy']}\n    # via pandas\npyyaml=={have['pyyaml']} ; python_version >= '3'\n"
+    )
     (tmp_path / "other.txt").write_text("numpy==0.1\n")
     monkeypatch.setattr(provenance, "LOCKS", tmp_path)
     state = provenance.lock_state()
@@ -136,8 +138,18 @@ def eval_jsons(tmp_path):
     paths = []
     for seed, commit in ((0, here["commit"]), (1, "a" * 40)):
         path = tmp_path / f"evalseed{seed}.json"
-        path.write_text(json.dumps({"task": "maze", "method": "vpo", "train_seed": seed, "eval_seed": 0,
-                                    "provenance": {**here, "commit": commit}, "training_provenance": here}))
+        path.write_text(
+            json.dumps(
+                {
+                    "task": "maze",
+                    "method": "vpo",
+                    "train_seed": seed,
+                    "eval_seed": 0,
+                    "provenance": {**here, "commit": commit},
+                    "training_provenance": here,
+                }
+            )
+        )
         paths.append(path)
     return paths
 

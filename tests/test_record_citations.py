@@ -45,8 +45,16 @@ def test_every_line_citation_of_an_authors_file_names_its_commit():
 
 
 def test_the_line_parser_reads_ranges_and_lists():
-    assert cited_lines("PAPER_REPRO.md@218995d:53-54, 338-339 and PAPER_REPRO.md@218995d:80, 266 |") == \
-        [53, 54, 338, 339, 80, 80, 266, 266]
+    assert cited_lines("PAPER_REPRO.md@218995d:53-54, 338-339 and PAPER_REPRO.md@218995d:80, 266 |") == [
+        53,
+        54,
+        338,
+        339,
+        80,
+        80,
+        266,
+        266,
+    ]
 
 
 # ---- the record as data: docs/reproducibility.yaml, shown by docs/reproducibility.md ----------------
@@ -74,14 +82,21 @@ def test_a_row_changed_in_the_yaml_fails_the_check_until_the_document_is_written
     data.write_text(yaml.safe_dump(rows, sort_keys=False))
     assert record.main(["--check"]) == 1 and "python -m vpo.record" in capsys.readouterr().err
     assert record.main([]) == 0 and record.main(["--check"]) == 0
-    assert "| learning rate, constant, no warmup | all | 1e-6 | PAPER_REPRO.md@218995d:64 | 2e-6 |" in document.read_text()
+    assert (
+        "| learning rate, constant, no warmup | all | 1e-6 | PAPER_REPRO.md@218995d:64 | 2e-6 |" in document.read_text()
+    )
 
 
-@pytest.mark.parametrize("row, words", [
-    ({"setting": "x"}, "must have exactly the fields"),
-    ({"setting": "a | b", "scope": "all", "authors": "1", "source": "s", "ours": "1", "key": "-", "differs": ""},
-     "would split its table row"),
-])
+@pytest.mark.parametrize(
+    "row, words",
+    [
+        ({"setting": "x"}, "must have exactly the fields"),
+        (
+            {"setting": "a | b", "scope": "all", "authors": "1", "source": "s", "ours": "1", "key": "-", "differs": ""},
+            "would split its table row",
+        ),
+    ],
+)
 def test_a_row_that_cannot_be_a_table_row_is_refused(tmp_path, row, words):
     import yaml
 

@@ -16,8 +16,11 @@ pytestmark = pytest.mark.slow  # real veRL and Hydra imports
 
 REPO = Path(__file__).resolve().parents[1]
 # one method of each family: the prompt lengths it trains with (Method.length_kind) and its reward shape
-FAMILY = {"single": ["grpo", "gdpo", "maxrl", "max_at_k", "vpo_single"], "multi": ["vpo", "multi_rlvr"],
-          "goal": ["goal_cond", "random_weight"]}
+FAMILY = {
+    "single": ["grpo", "gdpo", "maxrl", "max_at_k", "vpo_single"],
+    "multi": ["vpo", "multi_rlvr"],
+    "goal": ["goal_cond", "random_weight"],
+}
 
 
 def cells(cfg, scope: str) -> list[tuple[str, str]]:
@@ -77,8 +80,10 @@ def test_every_keyed_row_is_what_the_paper_preset_runs(composed):
             else:
                 name, setting = key.split(".", 1)
                 got = method_settings(cfg, name)[setting]
-            assert got == expected, f"{row['setting']} ({task}, {method}): the record says {expected!r}, " \
-                                    f"the paper preset runs {got!r} ({row['key']})"
+            assert got == expected, (
+                f"{row['setting']} ({task}, {method}): the record says {expected!r}, "
+                f"the paper preset runs {got!r} ({row['key']})"
+            )
             checked += 1
     assert checked > 200  # every keyed row, over the cells of its scope
 

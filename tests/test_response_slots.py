@@ -43,17 +43,21 @@ def test_an_empty_slot_is_a_zero_row_even_where_the_empty_answer_scores():
     truth = {"tool_calls_json": json.dumps([])}
     rows, given = TOOL.score_response("<response_1><think>x</think></response_1><response_2> </response_2>", truth, 2)
     assert rows == [[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]] and given == 1
-    rows, given = MUSIQUE.score_response("<response_1><answer>Paris</answer><support>3, 7</support></response_1>"
-                                         "<response_2><answer>Paris</answer><support>3, 7</support></response_2>",
-                                         TRUTH, 3)
+    rows, given = MUSIQUE.score_response(
+        "<response_1><answer>Paris</answer><support>3, 7</support></response_1>"
+        "<response_2><answer>Paris</answer><support>3, 7</support></response_2>",
+        TRUTH,
+        3,
+    )
     assert rows == [[1.0] * 5, [0.0] * 5, [0.0] * 5] and given == 1  # a repeat is dropped, zeros pad to m
 
 
 def test_rows_count_and_single_answers():
     wrong = "<answer>Lyon</answer><support>7</support>"  # hop 2 only, F1 0
     right = "<answer>Paris</answer><support>3, 7</support>"
-    rows, given = MUSIQUE.score_response(f"<response_1>{wrong}</response_1><response_2> </response_2>"
-                                         f"<response_3>{right}</response_3>", TRUTH, 3)
+    rows, given = MUSIQUE.score_response(
+        f"<response_1>{wrong}</response_1><response_2> </response_2><response_3>{right}</response_3>", TRUTH, 3
+    )
     assert rows == [[0.0, 1.0, 1.0, 1.0, 0.0], [0.0] * 5, [1.0] * 5] and given == 2
     assert MUSIQUE.score_response(right, TRUTH, 1) == ([[1.0] * 5], 1)  # one answer: the whole text
     assert MUSIQUE.score_response("Paris", TRUTH, 1) == ([[0.0] * 5], 0)

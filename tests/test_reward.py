@@ -72,8 +72,11 @@ def test_rows_that_are_misconfigured_raise():
 
 
 def test_row_errors_name_the_row_and_the_fix():
-    with pytest.raises(ValueError, match=r"^a row cannot be both multi-answer \(num_solutions > 1\) and weighted "
-                                         r"\(ground_truth\['weights'\]\); prepare the row for one method$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^a row cannot be both multi-answer \(num_solutions > 1\) and weighted "
+        r"\(ground_truth\['weights'\]\); prepare the row for one method$",
+    ):
         compute_score("maze", A, {**GT, "weights": [0.25] * 4}, {"num_solutions": 2})
     with pytest.raises(ValueError, match=r"must be 4 finite floats for task 'maze'"):
         compute_score("maze", A, {**GT, "weights": [0.5, None, 0.25, 0.25]}, {})  # a null from a parquet column
@@ -124,26 +127,75 @@ def test_the_task_gets_text_none_is_empty():
 
 def test_ground_truth_as_read_back_from_parquet():
     """veRL hands ground truth with numpy arrays and numpy ints; the scorer takes them as is."""
-    gt = {**GT, "start": np.array([0, 0]), "end": np.array([4, 4]), "max_steps": np.int64(12),
-          "weights": np.array([0.25, 0.25, 0.25, 0.25])}
+    gt = {
+        **GT,
+        "start": np.array([0, 0]),
+        "end": np.array([4, 4]),
+        "max_steps": np.int64(12),
+        "weights": np.array([0.25, 0.25, 0.25, 0.25]),
+    }
     assert compute_score("maze", A, gt, {"num_solutions": np.int64(1)})["score"] == pytest.approx(0.75)
 
 
 # ---- property test: model text never breaks the reward -------------------------------------
-REAL_GT = {**{k: v for k, v in generate_mazes(1, 42)[0].items()
-              if k in ("grid_text", "start", "end", "max_steps", "num_gold", "num_diamond", "num_lava")},
-           "score_mode": "linear"}
-FRAGMENTS = ["UP", "DOWN", "LEFT", "RIGHT", "up", "Right", "UPRIGHT", "DOWN,", "LEFTRIGHT", " ", "\n",
-             "<answer>", "</answer>", "<ANSWER>", "</answer", "<route_1>", "</route_1>", "<route_2>",
-             "</route_3>", "<route_>", "<route_10>", "</route_10>", "---", "--", "-", "<", ">", "/",
-             "route", "answer", "\x00", "é", "🙂", "{", "}", "[]", "\\", "$", "\t", "nan", "1e309"]
+REAL_GT = {
+    **{
+        k: v
+        for k, v in generate_mazes(1, 42)[0].items()
+        if k in ("grid_text", "start", "end", "max_steps", "num_gold", "num_diamond", "num_lava")
+    },
+    "score_mode": "linear",
+}
+FRAGMENTS = [
+    "UP",
+    "DOWN",
+    "LEFT",
+    "RIGHT",
+    "up",
+    "Right",
+    "UPRIGHT",
+    "DOWN,",
+    "LEFTRIGHT",
+    " ",
+    "\n",
+    "<answer>",
+    "</answer>",
+    "<ANSWER>",
+    "</answer",
+    "<route_1>",
+    "</route_1>",
+    "<route_2>",
+    "</route_3>",
+    "<route_>",
+    "<route_10>",
+    "</route_10>",
+    "---",
+    "--",
+    "-",
+    "<",
+    ">",
+    "/",
+    "route",
+    "answer",
+    "\x00",
+    "é",
+    "🙂",
+    "{",
+    "}",
+    "[]",
+    "\\",
+    "$",
+    "\t",
+    "nan",
+    "1e309",
+]
 near_miss = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4)), max_size=60).map("".join)
 texts = st.one_of(st.text(max_size=300), near_miss, near_miss)
 rows = st.tuples(
-    st.sampled_from([1, 2, 3, 5]),                                   # m
-    st.sampled_from(["linear", "convex_bonus"]),                      # score mode
-    st.sampled_from(["fixture", "generated"]),                        # which maze
-    st.booleans(),                                                    # goal weights (m = 1 only)
+    st.sampled_from([1, 2, 3, 5]),  # m
+    st.sampled_from(["linear", "convex_bonus"]),  # score mode
+    st.sampled_from(["fixture", "generated"]),  # which maze
+    st.booleans(),  # goal weights (m = 1 only)
 )
 
 
@@ -164,8 +216,12 @@ def check(text, row):
         assert result["num_answers"] >= len(rows_seen)
 
 
-FAST = settings(deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+FAST = settings(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
 BATCH = 10  # strings per generated example: 600 + 450 examples give 10,500 strings
 
 
@@ -181,17 +237,26 @@ def test_arbitrary_text_never_breaks_the_reward(batch, row):
 _rng = random.Random(0)
 BASE_ROUTES = [r["moves"] for r in FIXTURE["routes"]] + [
     re.sub(r"</?answer>", "", MAZE.demonstration({"reward_model": {"ground_truth": REAL_GT}}, _rng, 1))
-    for _ in range(30)]
+    for _ in range(30)
+]
 _move = st.sampled_from(["UP", "DOWN", "LEFT", "RIGHT", "right", "Down"])
 MOVE_WORDS = st.one_of(
     st.lists(_move, max_size=30).map(" ".join),
     st.tuples(st.lists(_move, max_size=3), st.sampled_from(BASE_ROUTES), st.lists(_move, max_size=3)).map(
-        lambda t: " ".join([*t[0], t[1], *t[2]])),
+        lambda t: " ".join([*t[0], t[1], *t[2]])
+    ),
 )
-TEMPLATES = ["<answer>{}</answer>", "<route_1>{}</route_1>\n<route_2>{}</route_2>", "{} --- {}",
-             "<route_1>{}</route_1><route_1>{}", "<answer>{}</answer><answer>{}</answer>", "{}"]
+TEMPLATES = [
+    "<answer>{}</answer>",
+    "<route_1>{}</route_1>\n<route_2>{}</route_2>",
+    "{} --- {}",
+    "<route_1>{}</route_1><route_1>{}",
+    "<answer>{}</answer><answer>{}</answer>",
+    "{}",
+]
 formatted = st.tuples(MOVE_WORDS, MOVE_WORDS, st.sampled_from(TEMPLATES)).map(
-    lambda t: t[2].format(*t[: t[2].count("{}")]))
+    lambda t: t[2].format(*t[: t[2].count("{}")])
+)
 
 
 @settings(FAST, max_examples=450)

@@ -14,8 +14,16 @@ def test_a_float64_matrix_is_used_as_it_is():
     assert as_matrix(mat) is mat
 
 
-@pytest.mark.parametrize("item", [[[1, 0], [0.5, 0.5]], "[[1, 0], [0.5, 0.5]]", b"[[1, 0], [0.5, 0.5]]",
-                                  np.array([[1, 0], [0.5, 0.5]], dtype=np.float32), ((1, 0), (0.5, 0.5))])
+@pytest.mark.parametrize(
+    "item",
+    [
+        [[1, 0], [0.5, 0.5]],
+        "[[1, 0], [0.5, 0.5]]",
+        b"[[1, 0], [0.5, 0.5]]",
+        np.array([[1, 0], [0.5, 0.5]], dtype=np.float32),
+        ((1, 0), (0.5, 0.5)),
+    ],
+)
 def test_every_form_of_a_matrix_reads_the_same(item):
     got = as_matrix(item)
     assert got.dtype == np.float64
@@ -48,9 +56,16 @@ def test_bookkeeping_keys_are_not_reward_channels():
     assert BOOKKEEPING_KEYS == {"score", "acc", "sub_scores", "num_answers"}
 
 
-@pytest.mark.parametrize("ids", [["b", "a", "b", "c", "a"], np.array(["b", "a", "b", "c", "a"]),
-                                 np.array([7, 3, 7, 1, 3]), [7, 3, 7, 1, 3],
-                                 np.array([("x", 1), 2, ("x", 1), "c", 2], dtype=object)])
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ["b", "a", "b", "c", "a"],
+        np.array(["b", "a", "b", "c", "a"]),
+        np.array([7, 3, 7, 1, 3]),
+        [7, 3, 7, 1, 3],
+        np.array([("x", 1), 2, ("x", 1), "c", 2], dtype=object),
+    ],
+)
 def test_groups_are_numbered_by_first_appearance(ids):
     if isinstance(ids, np.ndarray) and ids.dtype == object:
         ids[0] = ids[2] = ("x", 1)  # numpy splits tuples into a 2-d array; keep them as objects

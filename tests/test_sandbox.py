@@ -121,8 +121,10 @@ def test_no_network_to_the_callers_ports():
     server.listen(1)
     server.setblocking(False)
     port = server.getsockname()[1]
-    code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-            "s.sendall(b'leak')\nprint('connected')")
+    code = (
+        f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        "s.sendall(b'leak')\nprint('connected')"
+    )
     try:
         result = run(code)
         assert result.status == "error" and "connected" not in result.stdout
@@ -133,10 +135,16 @@ def test_no_network_to_the_callers_ports():
 
 
 def test_writes_outside_the_working_directory_do_not_land(tmp_path):
-    targets = [tmp_path / "pwned", os.path.join(tempfile.gettempdir(), f"vpo-pwned-{os.getpid()}"),
-               os.path.join(os.path.dirname(__file__), "pwned.txt"), "/var/tmp/vpo-pwned", "/dev/shm/vpo-pwned"]
-    code = "\n".join(f"try:\n    open({str(t)!r}, 'w').write('x')\nexcept OSError as e:\n    print('refused', e)"
-                     for t in targets)
+    targets = [
+        tmp_path / "pwned",
+        os.path.join(tempfile.gettempdir(), f"vpo-pwned-{os.getpid()}"),
+        os.path.join(os.path.dirname(__file__), "pwned.txt"),
+        "/var/tmp/vpo-pwned",
+        "/dev/shm/vpo-pwned",
+    ]
+    code = "\n".join(
+        f"try:\n    open({str(t)!r}, 'w').write('x')\nexcept OSError as e:\n    print('refused', e)" for t in targets
+    )
     code += "\nopen('inside.txt', 'w').write('fine')\nprint(open('inside.txt').read())"
     result = run(code)
     assert result.status == "ok" and result.stdout.strip().endswith("fine")
@@ -145,21 +153,25 @@ def test_writes_outside_the_working_directory_do_not_land(tmp_path):
 
 def test_callers_environment_is_not_visible(monkeypatch):
     monkeypatch.setenv("VPO_TEST_SECRET", "hunter2-secret")
-    code = ("import os\nprint(dict(os.environ))\n"
-            f"for pid in ('self', '1', {os.getpid()!r}, str(os.getppid())):\n"
-            "    try:\n        print(open(f'/proc/{pid}/environ', 'rb').read())\n"
-            "    except OSError as e:\n        print('refused', e)")
+    code = (
+        "import os\nprint(dict(os.environ))\n"
+        f"for pid in ('self', '1', {os.getpid()!r}, str(os.getppid())):\n"
+        "    try:\n        print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "    except OSError as e:\n        print('refused', e)"
+    )
     result = run(code)
     assert result.status == "ok" and "hunter2" not in result.stdout + result.stderr
 
 
 def test_killing_the_parent_and_everyone_else_fails():
     me = os.getpid()
-    code = ("import os, signal\n"
-            f"for pid in [os.getppid(), {me}, {os.getppid()}] + [int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
-            "    if pid != os.getpid():\n"
-            "        try:\n            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n"
-            "print('tried')")
+    code = (
+        "import os, signal\n"
+        f"for pid in [os.getppid(), {me}, {os.getppid()}] + [int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    if pid != os.getpid():\n"
+        "        try:\n            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n"
+        "print('tried')"
+    )
     result = run(code)
     assert result.status == "ok" and "tried" in result.stdout
     assert os.getpid() == me  # still here
@@ -182,30 +194,36 @@ def test_recursion_bomb_and_segfault_are_errors(isolation):
 
 @pytest.mark.parametrize("isolation", ["auto", "uid", "none"])
 def test_detached_grandchild_dies_with_the_run(isolation):
-    code = ("import os, time\n"
-            "if os.fork() == 0:\n"
-            "    os.setsid()\n"
-            "    if os.fork() == 0:\n"
-            f"        os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
-            "    os._exit(0)\n"
-            "time.sleep(0.3)\nprint('parent done')")
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\nprint('parent done')"
+    )
     assert run(code, isolation).status == "ok"
 
 
 def test_detached_grandchild_dies_when_the_run_times_out():
-    code = ("import os, time\n"
-            "if os.fork() == 0:\n    os.setsid()\n"
-            f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
-            "time.sleep(100)")
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n    os.setsid()\n"
+        f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+        "time.sleep(100)"
+    )
     assert run(code, timeout_s=TIMEOUT).status == "timeout"
     assert run(code, "uid", TIMEOUT).status == "timeout"
     assert run(code, "none", TIMEOUT).status == "timeout"
 
 
-LONG_SLEEP = ("import os, time\n"
-              "if os.fork() == 0:\n    os.setsid()\n"
-              f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
-              "time.sleep(3)\nprint('woke')")
+LONG_SLEEP = (
+    "import os, time\n"
+    "if os.fork() == 0:\n    os.setsid()\n"
+    f"    os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+    "time.sleep(3)\nprint('woke')"
+)
 
 
 def test_the_helpers_wait_outlasts_the_poll_count_at_which_its_back_off_once_overflowed(monkeypatch):
@@ -257,8 +275,10 @@ def test_batch_runs_in_order_with_workers():
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
-                    reason="needs root (to become an unprivileged user) and a system Python others can run")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+    reason="needs root (to become an unprivileged user) and a system Python others can run",
+)
 def test_an_unprivileged_caller_gets_a_user_namespace(tmp_path):
     """The path of a cluster node without privileges: the caller is not root, so the helper enters
     a new user namespace; the program is PID 1, cannot write, has no network and no capabilities."""
@@ -270,11 +290,12 @@ def test_an_unprivileged_caller_gets_a_user_namespace(tmp_path):
         "from vpo.sandbox import run_program\n"
         "code = ('import os, socket\\n'\n"
         "        'print(os.getpid())\\n'\n"
-        "        'for act in (lambda: open(\"/tmp/x\", \"w\"), lambda: socket.create_connection((\"127.0.0.1\", 22), 1)):\\n'\n"
-        "        '    try:\\n        act(); print(\"allowed\")\\n    except OSError:\\n        print(\"refused\")\\n'\n"
+        '        \'for act in (lambda: open("/tmp/x", "w"), lambda: socket.create_connection(("127.0.0.1", 22), 1)):\\n\'\n'
+        '        \'    try:\\n        act(); print("allowed")\\n    except OSError:\\n        print("refused")\\n\'\n'
         "        'print(os.system(\"mount -o remount,rw / 2>/dev/null\") != 0)\\n')\n"
         "r = run_program(code, timeout_s=5)\n"
-        "print(r.isolation, r.status, r.stdout.split())\n")
+        "print(r.isolation, r.status, r.stdout.split())\n"
+    )
     script.chmod(0o755)
     tmp_path.chmod(0o755)
     out = subprocess.run([SYSTEM_PYTHON, str(script)], capture_output=True, text=True, timeout=60)
@@ -282,14 +303,16 @@ def test_an_unprivileged_caller_gets_a_user_namespace(tmp_path):
     assert out.stdout.split("\n")[0] == "namespaces ok ['1', 'refused', 'refused', 'True']", out.stdout + out.stderr
 
 
-MEMORY_HOG = ("import os, time\n"
-              "for _ in range({n}):\n"
-              "    if os.fork() == 0:\n"
-              "        block = bytearray({mb} << 20)\n"
-              "        time.sleep({hold})\n"
-              "        os._exit(0)\n"
-              "for _ in range({n}):\n    os.wait()\n"
-              "print('held')")
+MEMORY_HOG = (
+    "import os, time\n"
+    "for _ in range({n}):\n"
+    "    if os.fork() == 0:\n"
+    "        block = bytearray({mb} << 20)\n"
+    "        time.sleep({hold})\n"
+    "        os._exit(0)\n"
+    "for _ in range({n}):\n    os.wait()\n"
+    "print('held')"
+)
 
 
 @pytest.mark.parametrize("memory_cap", ["auto", "watcher"])
@@ -314,17 +337,23 @@ def test_a_program_sees_the_interpreter_and_nothing_of_the_checkout_results_or_h
     home_secret = Path.home() / f".vpo-sandbox-test-{os.getpid()}"
     # the caller's home by its path (`~` in the program is the program's own); the home directory itself may
     # be there when the interpreter lives under it, holding the interpreter's files only
-    secrets = [REPO / "config.yaml", REPO / "tests" / "fixtures" / "lcb" / "test.jsonl", tmp_path / "results.parquet",
-               home_secret]
+    secrets = [
+        REPO / "config.yaml",
+        REPO / "tests" / "fixtures" / "lcb" / "test.jsonl",
+        tmp_path / "results.parquet",
+        home_secret,
+    ]
     secrets[2].write_text("hidden tests")
     home_secret.write_text("a token")
     try:
         assert all(path.exists() for path in secrets)  # each probe is a real file or directory
-        code = ("import os, json\n"
-                f"for path in {[str(p) for p in secrets]!r}:\n"
-                "    try:\n        print('read', path, open(path).read(20) if os.path.isfile(path) else os.listdir(path))\n"
-                "    except OSError as e:\n        print('refused', path, e.errno)\n"
-                "print(json.dumps(sorted(os.listdir('/'))))")
+        code = (
+            "import os, json\n"
+            f"for path in {[str(p) for p in secrets]!r}:\n"
+            "    try:\n        print('read', path, open(path).read(20) if os.path.isfile(path) else os.listdir(path))\n"
+            "    except OSError as e:\n        print('refused', path, e.errno)\n"
+            "print(json.dumps(sorted(os.listdir('/'))))"
+        )
         result = run(code)
     finally:
         home_secret.unlink()
@@ -333,8 +362,20 @@ def test_a_program_sees_the_interpreter_and_nothing_of_the_checkout_results_or_h
     assert "read" not in result.stdout.split(), result.stdout  # the json module imported: the runtime is there
     if result.isolation.startswith("namespaces"):
         top = json.loads(result.stdout.splitlines()[-1])
-        assert set(top) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr",
-                            *Path(sys.base_prefix).resolve().parts[1:2]}, top
+        assert set(top) <= {
+            "bin",
+            "dev",
+            "etc",
+            "lib",
+            "lib32",
+            "lib64",
+            "libx32",
+            "proc",
+            "sbin",
+            "tmp",
+            "usr",
+            *Path(sys.base_prefix).resolve().parts[1:2],
+        }, top
 
 
 def test_the_callers_directory_is_hidden_even_inside_the_interpreters_files(monkeypatch):

@@ -94,14 +94,23 @@ def words_task():
 
 def test_a_new_task_plugs_into_reward_and_prompts(words_task):
     assert resolve("words_source") is words_task  # the dispatcher routes on data_source
-    row = {"data_source": "words_source", "prompt": [{"role": "user", "content": "Colours? Answer inside <response></response>."}],
-           "reward_model": {"style": "rule", "ground_truth": {}}, "extra_info": {"index": 4}}
+    row = {
+        "data_source": "words_source",
+        "prompt": [{"role": "user", "content": "Colours? Answer inside <response></response>."}],
+        "reward_model": {"style": "rule", "ground_truth": {}},
+        "extra_info": {"index": 4},
+    }
     single = compute_score("words_source", "red and green", {}, {})
     assert json.loads(single["sub_scores"]) == [[1.0, 0.0]] and single["score"] == 0.5
     prepared = prepare_row(row, "vpo", None, seed=0)  # m = None -> the task's default m
     assert prepared["extra_info"]["num_solutions"] == 2
-    assert prepared["prompt"][0]["content"] == "Colours? Give 2 answers inside <response_1></response_1> to <response_2></response_2>."
-    multi = compute_score("words_source", "<response_1>red</response_1><response_2>red blue</response_2>", {}, prepared["extra_info"])
+    assert (
+        prepared["prompt"][0]["content"]
+        == "Colours? Give 2 answers inside <response_1></response_1> to <response_2></response_2>."
+    )
+    multi = compute_score(
+        "words_source", "<response_1>red</response_1><response_2>red blue</response_2>", {}, prepared["extra_info"]
+    )
     assert json.loads(multi["sub_scores"]) == [[1.0, 0.0], [1.0, 1.0]]
     assert multi["score"] == pytest.approx(1.5) and multi["acc"] == 1.0
     assert (multi["red"], multi["blue"]) == (1.0, 1.0)  # the best row's channels
@@ -130,8 +139,10 @@ def test_a_scorer_that_raises_reaches_the_user_as_one_line_naming_the_task(words
     with pytest.raises(TaskCodeError) as err:
         compute_score("words_source", "1234 5678 " * 20, {}, {})
     message = str(err.value)
-    assert message.startswith("task 'words_test' (test_task_registry.WordsTask) raised ZeroDivisionError "
-                              "while scoring a response on the text '1234 5678 1234")
+    assert message.startswith(
+        "task 'words_test' (test_task_registry.WordsTask) raised ZeroDivisionError "
+        "while scoring a response on the text '1234 5678 1234"
+    )
     assert "division by zero" in message and "\n" not in message and len(message) < 500
     assert isinstance(err.value.__cause__, ZeroDivisionError)  # VPO_DEBUG=1 shows the original traceback
 
@@ -141,9 +152,11 @@ def test_a_scorer_that_raises_reaches_the_user_as_one_line_naming_the_task(words
     with pytest.raises(SystemExit) as stop:  # `vpo preprocess` ends with its one-line message
         cli.entry()
     lines = str(stop.value).splitlines()
-    assert len(lines) == 1 and lines[0] == ("vpo preprocess --task words_test: task 'words_test' "
-                                            "(test_task_registry.WordsTask) raised ZeroDivisionError while "
-                                            "preprocessing: division by zero"), lines
+    assert len(lines) == 1 and lines[0] == (
+        "vpo preprocess --task words_test: task 'words_test' "
+        "(test_task_registry.WordsTask) raised ZeroDivisionError while "
+        "preprocessing: division by zero"
+    ), lines
 
 
 def test_importing_the_api_imports_no_task():
@@ -215,17 +228,28 @@ def test_a_task_from_another_installed_distribution_is_found(tmp_path):
     (info / "entry_points.txt").write_text("[vpo.tasks]\ntoy_colours = toy_colours_task:COLOURS\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "data"
-    done = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
-    code = ("from vpo.reward import compute_score; from vpo.task import TASKS; "
-            "print(sorted(TASKS), compute_score('toy_colours', 'red, or blue', {}, {})['sub_scores'])")
+    code = (
+        "from vpo.reward import compute_score; from vpo.task import TASKS; "
+        "print(sorted(TASKS), compute_score('toy_colours', 'red, or blue', {}, {})['sub_scores'])"
+    )
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert shown.strip().endswith("'toy_colours'] [[0.0, 1.0]]") and "'maze'" in shown  # "red," is not the word red
     # without the distribution on the path the task is unknown, and the error says where tasks come from
-    gone = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path)
+    gone = subprocess.run(
+        [sys.executable, "-m", "vpo.cli", "preprocess", "--task", "toy_colours", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert gone.returncode != 0 and "unknown task 'toy_colours'" in gone.stderr and "vpo.tasks" in gone.stderr
 
 
@@ -238,11 +262,20 @@ def test_preprocess_refuses_rows_the_multi_answer_methods_cannot_use(words_task,
 
     def writer(prompt, source="words_source"):
         def preprocess(self, out, settings=None):
-            rows = [{"data_source": source, "prompt": [{"role": "user", "content": prompt}],
-                     "reward_model": {"style": "rule", "ground_truth": {"answer": "red"}}, "extra_info": {"index": i}}
-                    for i in range(3)]
-            return (str(write_parquet_atomic(rows, Path(out) / "train.parquet")),
-                    str(write_parquet_atomic(rows, Path(out) / "test.parquet")))
+            rows = [
+                {
+                    "data_source": source,
+                    "prompt": [{"role": "user", "content": prompt}],
+                    "reward_model": {"style": "rule", "ground_truth": {"answer": "red"}},
+                    "extra_info": {"index": i},
+                }
+                for i in range(3)
+            ]
+            return (
+                str(write_parquet_atomic(rows, Path(out) / "train.parquet")),
+                str(write_parquet_atomic(rows, Path(out) / "test.parquet")),
+            )
+
         return preprocess
 
     def run(out):
@@ -252,12 +285,15 @@ def test_preprocess_refuses_rows_the_multi_answer_methods_cannot_use(words_task,
     monkeypatch.setattr(WordsTask, "preprocess", writer("Colours? Answer in tags."), raising=False)
     with pytest.raises(SystemExit) as stop:
         run(tmp_path / "no_anchor")
-    assert str(stop.value).startswith("vpo preprocess --task words_test: train.parquet row 0: task 'words_test': "
-                                      "the multi-answer rewrite did not find 'Answer\\\\ inside")
+    assert str(stop.value).startswith(
+        "vpo preprocess --task words_test: train.parquet row 0: task 'words_test': "
+        "the multi-answer rewrite did not find 'Answer\\\\ inside"
+    )
     assert "single_format_line" in str(stop.value) and not list((tmp_path / "no_anchor").glob("*.parquet"))
 
-    monkeypatch.setattr(WordsTask, "preprocess", writer("Colours? Answer inside <response></response>.", "maze"),
-                        raising=False)
+    monkeypatch.setattr(
+        WordsTask, "preprocess", writer("Colours? Answer inside <response></response>.", "maze"), raising=False
+    )
     with pytest.raises(SystemExit, match="row 0: data_source 'maze' does not name task 'words_test'"):
         run(tmp_path / "other_source")
 

@@ -36,8 +36,25 @@ def preprocess(tmp_path: Path, name: str, prompts: dict | None) -> Path:
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg))
     out = tmp_path / name
-    done = subprocess.run([sys.executable, "-m", "vpo.cli", "preprocess", "--task", "maze", "--out", str(out),
-                           "--config", str(config), "--preset", "ci"], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vpo.cli",
+            "preprocess",
+            "--task",
+            "maze",
+            "--out",
+            str(out),
+            "--config",
+            str(config),
+            "--preset",
+            "ci",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -49,16 +66,19 @@ def runs(tmp_path_factory):
     for mode, text in (("single", SINGLE), ("multi", MULTI), ("goal", GOAL)):
         files[mode] = tmp / f"maze_{mode}.txt"
         files[mode].write_text(text)
-    return {"plain": read_rows(preprocess(tmp, "plain", None), "test"),
-            "templated": read_rows(preprocess(tmp, "templated", {k: str(v) for k, v in files.items()}), "test")}
+    return {
+        "plain": read_rows(preprocess(tmp, "plain", None), "test"),
+        "templated": read_rows(preprocess(tmp, "templated", {k: str(v) for k, v in files.items()}), "test"),
+    }
 
 
 def test_the_single_template_is_the_prompt_preprocess_writes(runs):
     for plain, templated in zip(runs["plain"], runs["templated"]):
         truth = templated["reward_model"]["ground_truth"]
         side = len(truth["grid_text"].splitlines())
-        expected = (f"Maze {side}x{side}, {truth['max_steps']} moves, {{literal braces}}:\n{truth['grid_text']}\n"
-                    f"{FORMAT_LINE}")
+        expected = (
+            f"Maze {side}x{side}, {truth['max_steps']} moves, {{literal braces}}:\n{truth['grid_text']}\n{FORMAT_LINE}"
+        )
         assert templated["prompt"] == [{"role": "user", "content": expected}]
         assert plain["prompt"][0]["content"] != expected and plain["reward_model"] == templated["reward_model"]
 
@@ -67,17 +87,23 @@ def test_multi_and_goal_templates_reach_training_and_evaluation(runs):
     row = runs["templated"][0]
     truth = row["reward_model"]["ground_truth"]
     multi = prepare_row(row, "vpo", 3, seed=0)["prompt"][0]["content"]
-    assert multi == (f"Find 3 routes through\n{truth['grid_text']}\nwithin {truth['max_steps']} moves each.\n"
-                     f"{MAZE.multi_format(3)}")
+    assert multi == (
+        f"Find 3 routes through\n{truth['grid_text']}\nwithin {truth['max_steps']} moves each.\n{MAZE.multi_format(3)}"
+    )
     goal = prepare_row(row, "goal_cond", None, seed=5)
     weights = goal["reward_model"]["ground_truth"]["weights"]
     lines = "\n".join(f"- {d}: {w:.2f}" for (_, d), w in zip(MAZE.objectives, weights))
-    assert goal["prompt"][0]["content"] == f"{truth['grid_text']}\n{truth['max_steps']} moves. Weigh:\n{lines}\n{FORMAT_LINE}"
-    plan = prompt_plan(MAZE, runs["templated"], get_method("multi_rlvr"), m=3, budget=6, eval_seed=0,
-                       goal_weights="none", alpha=1.0)
+    assert (
+        goal["prompt"][0]["content"]
+        == f"{truth['grid_text']}\n{truth['max_steps']} moves. Weigh:\n{lines}\n{FORMAT_LINE}"
+    )
+    plan = prompt_plan(
+        MAZE, runs["templated"], get_method("multi_rlvr"), m=3, budget=6, eval_seed=0, goal_weights="none", alpha=1.0
+    )
     assert plan.prompts[0][0]["content"] == multi
-    single = prompt_plan(MAZE, runs["templated"], get_method("grpo"), m=3, budget=6, eval_seed=0,
-                         goal_weights="none", alpha=1.0)
+    single = prompt_plan(
+        MAZE, runs["templated"], get_method("grpo"), m=3, budget=6, eval_seed=0, goal_weights="none", alpha=1.0
+    )
     assert single.prompts[0] == row["prompt"]
 
 
@@ -91,13 +117,16 @@ def test_substitution_is_one_pass():
     assert render("{a}|{b}|{{b}}", {"a": "{b}", "b": "x"}) == "{b}|x|{b}"
 
 
-@pytest.mark.parametrize("mode, text, words", [
-    ("single", "Go from S to E in {max_steps} steps. {format}", "lacks {grid}"),
-    ("multi", "{grid} {max_steps} {multi_format}", "lacks {m}"),
-    ("goal", "{grid} {max_steps} {format}", "lacks {weights}"),
-    ("single", "{grid} {max_steps} {colour}", "uses unknown {colour}"),
-    ("single", "{grid} {max_steps} {m}", "uses unknown {m}"),  # m exists in multi templates only
-])
+@pytest.mark.parametrize(
+    "mode, text, words",
+    [
+        ("single", "Go from S to E in {max_steps} steps. {format}", "lacks {grid}"),
+        ("multi", "{grid} {max_steps} {multi_format}", "lacks {m}"),
+        ("goal", "{grid} {max_steps} {format}", "lacks {weights}"),
+        ("single", "{grid} {max_steps} {colour}", "uses unknown {colour}"),
+        ("single", "{grid} {max_steps} {m}", "uses unknown {m}"),  # m exists in multi templates only
+    ],
+)
 def test_a_bad_template_is_refused_naming_the_file_and_placeholder(mode, text, words):
     with pytest.raises(TemplateError, match=r"maze_bad\.txt \(maze, " + mode + r"\) .*" + re.escape(words)):
         check_template(MAZE, mode, text, "prompts/maze_bad.txt")
@@ -135,5 +164,6 @@ def test_every_task_provides_the_fields_its_templates_need(tmp_path):
     rows = pd.read_parquet(tmp_path / "test.parquet")
     fields = json.loads(rows["extra_info"].iloc[1]["prompt_fields"])
     assert sorted(fields) == sorted(LCB.template_fields)
-    assert rows["prompt"].iloc[1][0]["content"] == f"{fields['question']}\n\n{fields['entry']}\n{LCB.single_format_line}"
-
+    assert (
+        rows["prompt"].iloc[1][0]["content"] == f"{fields['question']}\n\n{fields['entry']}\n{LCB.single_format_line}"
+    )

@@ -39,11 +39,22 @@ def unusual_dir(tmp_path_factory, base_dir):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = TinyTokenizer(base_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-                         max_position_embeddings=512, tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(7)
     model = LlamaForCausalLM(config)
     for parameter in model.parameters():  # visible norms and a peaked distribution, not the defaults' ones
@@ -69,8 +80,9 @@ def _reference(path):
 
 def _prompts(vocab: int, n=5, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(4, vocab, (int(torch.randint(3, 15, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(4, vocab, (int(torch.randint(3, 15, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
 
 
 def test_the_cpu_models_load_as_tiny_llama_with_the_configs_values(model_dir):
@@ -81,7 +93,11 @@ def test_the_cpu_models_load_as_tiny_llama_with_the_configs_values(model_dir):
 
     dims, reference = Dims(model.config), _reference(model_dir).config
     assert (dims.heads, dims.kv_heads, dims.head_dim, dims.eps) == (
-        reference.num_attention_heads, reference.num_key_value_heads, reference.head_dim, reference.rms_norm_eps)
+        reference.num_attention_heads,
+        reference.num_key_value_heads,
+        reference.head_dim,
+        reference.rms_norm_eps,
+    )
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == config["tie_word_embeddings"]
 
 
@@ -110,7 +126,7 @@ def test_the_grouped_forward_on_tiny_llama_equals_transformers_per_sequence(mode
             prompt = prompts[row // 2]
             log_probs = torch.log_softmax(reference(torch.tensor([prompt + response])).logits[0] / 0.7, -1)
             expected = [float(log_probs[len(prompt) - 1 + t, token]) for t, token in enumerate(response)]
-            assert logp[row, :len(response)].tolist() == pytest.approx(expected, abs=1e-5)
+            assert logp[row, : len(response)].tolist() == pytest.approx(expected, abs=1e-5)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

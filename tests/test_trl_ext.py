@@ -42,8 +42,9 @@ def one_batch(tiny_maze_data, tiny_multi_base_model, tiny_local_settings, tmp_pa
 
     def make(method, trainer_class=EstimatorGRPOTrainer, **kwargs):
         dataset = task_dataset(str(tiny_maze_data), method or "vpo")
-        args = grpo_arguments(tiny_local_settings, max_new_tokens=24, output_dir=str(out), seed=0,
-                              **kwargs.pop("changes", {}))
+        args = grpo_arguments(
+            tiny_local_settings, max_new_tokens=24, output_dir=str(out), seed=0, **kwargs.pop("changes", {})
+        )
         model = AutoModelForCausalLM.from_pretrained(tiny_multi_base_model)
         tokenizer = AutoTokenizer.from_pretrained(tiny_multi_base_model)
         if method is not None:
@@ -95,16 +96,25 @@ def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_g
     assert len(set(scores.round(6))) > 2, "the completions must score differently for the comparison to mean anything"
     if method == "grpo":  # written out: (r - group mean) / (unbiased group std + 1e-6)
         by_group = scores.reshape(-1, N)
-        expected = ((by_group - by_group.mean(1, keepdims=True)) / (by_group.std(1, ddof=1, keepdims=True) + 1e-6)).ravel()
+        expected = (
+            (by_group - by_group.mean(1, keepdims=True)) / (by_group.std(1, ddof=1, keepdims=True) + 1e-6)
+        ).ravel()
     else:  # the same estimator with the same seeded generator: the same Dirichlet weights
-        expected, _ = advantage_for_method(method, scores=scores, sub_scores=[as_matrix(r["sub_scores"]) for r in results],
-                                           group_ids=groups, rng=np.random.default_rng([7, 1]),
-                                           response_lengths=output["completion_mask"].sum(1).numpy())  # gdpo's
+        expected, _ = advantage_for_method(
+            method,
+            scores=scores,
+            sub_scores=[as_matrix(r["sub_scores"]) for r in results],
+            group_ids=groups,
+            rng=np.random.default_rng([7, 1]),
+            response_lengths=output["completion_mask"].sum(1).numpy(),
+        )  # gdpo's
     np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
     logged = trainer._metrics["eval"]  # outside train() the model is in eval mode
     assert logged["advantage/std"] and logged["pool_diversity"]
     if method == "vpo":
-        assert logged["vpo/rows_per_rollout_mean"][-1] == pytest.approx(np.mean([len(as_matrix(r["sub_scores"])) for r in results]))
+        assert logged["vpo/rows_per_rollout_mean"][-1] == pytest.approx(
+            np.mean([len(as_matrix(r["sub_scores"])) for r in results])
+        )
 
 
 def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
@@ -114,8 +124,10 @@ def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
     from vpo.advantage import grpo_advantage
 
     def scalar(completions, **columns):
-        return [synthetic_scorer(c[-1]["content"], extra_info=info)["score"]
-                for c, info in zip(completions, columns["extra_info"])]
+        return [
+            synthetic_scorer(c[-1]["content"], extra_info=info)["score"]
+            for c, info in zip(completions, columns["extra_info"])
+        ]
 
     trainer = one_batch(None, trainer_class=GRPOTrainer, reward_funcs=[scalar], changes={"scale_rewards": "group"})
     batch = rows_of(trainer)
@@ -160,17 +172,39 @@ def test_the_recipe_in_docs_trl_md_runs_as_written(tiny_multi_base_model, tmp_pa
     assert len(logged) == 2 and all("vpo/pool_expected_best_mean" in row for row in logged)
     # the scorer of the recipe on hand-made completions: 2 answers, one correct and balanced
     assert scope["score"]("<answer_1>3 + 4</answer_1><answer_2>2 + 2</answer_2>", target=7) == {
-        "score": pytest.approx(1 + 6 / 7), "sub_scores": json.dumps([[1.0, 1 - 1 / 7], [0.0, 0.0]])}
+        "score": pytest.approx(1 + 6 / 7),
+        "sub_scores": json.dumps([[1.0, 1 - 1 / 7], [0.0, 0.0]]),
+    }
     assert json.loads(scope["score"]("no tags at all", target=7)["sub_scores"]) == [[0.0, 0.0]]
 
 
 def trl_train_args(cfg, data, base, out, method="vpo"):
-    return ["train", "--backend", "trl", "--task", "maze", "--method", method, "--seed", "0", "--preset", "ci",
-            "--config", str(cfg), "--data", str(data), "--base-model", str(base), "--out", str(out)]
+    return [
+        "train",
+        "--backend",
+        "trl",
+        "--task",
+        "maze",
+        "--method",
+        method,
+        "--seed",
+        "0",
+        "--preset",
+        "ci",
+        "--config",
+        str(cfg),
+        "--data",
+        str(data),
+        "--base-model",
+        str(base),
+        "--out",
+        str(out),
+    ]
 
 
-def test_a_killed_trl_cell_resumes_to_the_run_an_uninterrupted_one_writes(tiny_maze_data, tiny_multi_base_model,
-                                                                         tmp_path):
+def test_a_killed_trl_cell_resumes_to_the_run_an_uninterrupted_one_writes(
+    tiny_maze_data, tiny_multi_base_model, tmp_path
+):
     """`vpo train --backend trl` (the workflow's trl backend) killed after its first checkpoint resumes
     from it; its metrics.jsonl (the local trainer's keys but ppo_kl, one record per RL step) and final
     model equal an uninterrupted run's; merge copies the model; a checkpoint of other settings is not resumed."""
@@ -194,8 +228,12 @@ def test_a_killed_trl_cell_resumes_to_the_run_an_uninterrupted_one_writes(tiny_m
     cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
 
     killed, fresh = tmp_path / "killed", tmp_path / "fresh"
-    proc = subprocess.Popen([sys.executable, "-m", "vpo.cli", *trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, killed)],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vpo.cli", *trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, killed)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while not list((killed / "checkpoints").glob("checkpoint-*/record.json")) and proc.poll() is None:
         assert time.time() < deadline, "no checkpoint within 5 minutes"
@@ -215,9 +253,24 @@ def test_a_killed_trl_cell_resumes_to_the_run_an_uninterrupted_one_writes(tiny_m
 
     resumed = metrics(killed)
     assert [row["step"] for row in resumed] == [1, 2, 3, 4, 5, 6]
-    local_keys = {"score_mean", "score_max", "reward/completion", "acc", "pool_diversity", "advantage/max",
-                  "advantage/zero_frac", "vpo/advantage_draw_std", "parse_failure_rate", "response_length_mean",
-                  "truncated_share", "pg_loss", "kl", "entropy", "clipfrac", "grad_norm"}
+    local_keys = {
+        "score_mean",
+        "score_max",
+        "reward/completion",
+        "acc",
+        "pool_diversity",
+        "advantage/max",
+        "advantage/zero_frac",
+        "vpo/advantage_draw_std",
+        "parse_failure_rate",
+        "response_length_mean",
+        "truncated_share",
+        "pg_loss",
+        "kl",
+        "entropy",
+        "clipfrac",
+        "grad_norm",
+    }
     assert local_keys <= set(resumed[0])
     assert resumed == metrics(fresh)
     final = [load_file(run / "checkpoints" / "final" / "model.safetensors") for run in (killed, fresh)]

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vpo.config import (ConfigError, answers_per_rollout, cell_digest, method_settings, resolve_config)
+from vpo.config import ConfigError, answers_per_rollout, cell_digest, method_settings, resolve_config
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = {"vpo_sobol": {"method": "vpo", "settings": {"sampler": "sobol"}, "label": "VPO (Sobol weights)"},
-            "vpo_alpha_0.3": {"method": "vpo", "settings": {"alpha": 0.3}},
-            "multi_rlvr_m5": {"method": "multi_rlvr", "m": 5}}
+VARIANTS = {
+    "vpo_sobol": {"method": "vpo", "settings": {"sampler": "sobol"}, "label": "VPO (Sobol weights)"},
+    "vpo_alpha_0.3": {"method": "vpo", "settings": {"alpha": 0.3}},
+    "multi_rlvr_m5": {"method": "multi_rlvr", "m": 5},
+}
 
 
 @pytest.fixture()
@@ -41,13 +43,20 @@ def test_a_variant_is_its_method_with_its_own_settings_m_and_digest(raw):
     assert cell_digest(cfg, "maze", "multi_rlvr_m5") != digests["multi_rlvr"]
 
 
-@pytest.mark.parametrize("variant, key, words", [
-    ({"method": "vpoo"}, "variants.bad.method", "'vpoo' is not one of"),
-    ({"method": "vpo", "settings": {"k": 2}}, "variants.bad.settings.k", "vpo does not take 'k'"),
-    ({"method": "grpo", "m": 2}, "variants.bad.m", "grpo writes one answer per rollout"),
-    ({"method": "vpo", "colour": "red"}, "variants.bad", "'colour' was unexpected"),
-    ({"method": "vpo", "settings": {"sampler": "halton"}}, "variants.bad.settings.sampler", "'halton' is not one of"),
-])
+@pytest.mark.parametrize(
+    "variant, key, words",
+    [
+        ({"method": "vpoo"}, "variants.bad.method", "'vpoo' is not one of"),
+        ({"method": "vpo", "settings": {"k": 2}}, "variants.bad.settings.k", "vpo does not take 'k'"),
+        ({"method": "grpo", "m": 2}, "variants.bad.m", "grpo writes one answer per rollout"),
+        ({"method": "vpo", "colour": "red"}, "variants.bad", "'colour' was unexpected"),
+        (
+            {"method": "vpo", "settings": {"sampler": "halton"}},
+            "variants.bad.settings.sampler",
+            "'halton' is not one of",
+        ),
+    ],
+)
 def test_a_bad_variant_stops_the_config_naming_it(raw, variant, key, words):
     raw["variants"]["bad"] = variant
     raw["methods"].append("bad")
@@ -75,8 +84,12 @@ def test_the_verl_command_runs_a_variant_as_its_method_under_its_own_name(raw, t
     cfg = resolve_config(raw, "paper")
     command = build_command(cfg, "maze", "multi_rlvr_m5", 1, tmp_path / "run", tmp_path / "data")
     overrides = set(command.overrides)
-    assert {"data.vpo.method=multi_rlvr", "algorithm.vpo.method=multi_rlvr", "data.vpo.m=5",
-            "trainer.experiment_name=multi_rlvr_m5_maze_seed1"} <= overrides
+    assert {
+        "data.vpo.method=multi_rlvr",
+        "algorithm.vpo.method=multi_rlvr",
+        "data.vpo.m=5",
+        "trainer.experiment_name=multi_rlvr_m5_maze_seed1",
+    } <= overrides
     sobol = set(build_command(cfg, "maze", "vpo_sobol", 0, tmp_path / "s", tmp_path / "data").overrides)
     assert {"++algorithm.vpo.settings.sampler=sobol", "algorithm.adv_estimator=vpo", "data.vpo.m=3"} <= sobol
 
@@ -84,8 +97,13 @@ def test_the_verl_command_runs_a_variant_as_its_method_under_its_own_name(raw, t
 def test_the_plan_gives_a_variant_its_own_cells(tmp_path):
     from test_workflow_dryrun import dryrun
 
-    planned = dryrun(tmp_path, config={"variants": {"vpo_alpha_0.3": {"method": "vpo", "settings": {"alpha": 0.3}}},
-                                       "methods": ["grpo", "vpo", "vpo_alpha_0.3"]})
+    planned = dryrun(
+        tmp_path,
+        config={
+            "variants": {"vpo_alpha_0.3": {"method": "vpo", "settings": {"alpha": 0.3}}},
+            "methods": ["grpo", "vpo", "vpo_alpha_0.3"],
+        },
+    )
     cells = {p.split("/")[4] for p in planned if p.startswith("results/cpu/runs/maze/")}
     assert cells == {"grpo", "vpo", "vpo_alpha_0.3"}
     assert "results/cpu/runs/maze/vpo_alpha_0.3/seed2/eval/evalseed0.json" in planned
@@ -100,10 +118,35 @@ def test_vpo_train_knows_the_variants_of_its_config(raw, tmp_path):
     config.write_text(yaml.safe_dump(raw))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.parquet").touch()
-    done = subprocess.run([sys.executable, "-m", "vpo.cli", "train", "--backend", "verl", "--print-command",
-                           "--task", "maze", "--method", "vpo_sobol", "--seed", "0", "--data", str(tmp_path / "data"),
-                           "--out", str(tmp_path / "run"), "--config", str(config), "--preset", "paper"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vpo.cli",
+            "train",
+            "--backend",
+            "verl",
+            "--print-command",
+            "--task",
+            "maze",
+            "--method",
+            "vpo_sobol",
+            "--seed",
+            "0",
+            "--data",
+            str(tmp_path / "data"),
+            "--out",
+            str(tmp_path / "run"),
+            "--config",
+            str(config),
+            "--preset",
+            "paper",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "algorithm.vpo.method=vpo " in done.stdout and "++algorithm.vpo.settings.sampler=sobol" in done.stdout
     assert "trainer.experiment_name=vpo_sobol_maze_seed0" in done.stdout

@@ -164,8 +164,18 @@ def test_estimator_without_staged_sub_scores_names_the_trainer(verl_config):
 
 @pytest.mark.parametrize(
     "estimator,method",
-    [(e, m) for e, m in [("vpo", "vpo"), ("vpo_single", "vpo_single"), ("maxrl", "maxrl"), ("max_at_k", "max_at_k"),
-                          ("multi_rlvr", "multi_rlvr"), ("gdpo_v1", "gdpo"), ("grpo", "grpo")]],
+    [
+        (e, m)
+        for e, m in [
+            ("vpo", "vpo"),
+            ("vpo_single", "vpo_single"),
+            ("maxrl", "maxrl"),
+            ("max_at_k", "max_at_k"),
+            ("multi_rlvr", "multi_rlvr"),
+            ("gdpo_v1", "gdpo"),
+            ("grpo", "grpo"),
+        ]
+    ],
 )
 def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, estimator, method):
     """The v1 trainer's real _compute_advantage through VPOTrainerSync, data in TransferQueue."""
@@ -197,9 +207,12 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
         )
     # stored in one order, trained in another (veRL balances batches across ranks by reordering keys)
     put_order = [6, 2, 0, 5, 1, 4, 3]
-    tq.kv_batch_put(keys=[keys[i] for i in put_order], partition_id="train",
-                    fields=list_of_dict_to_tensordict([rows[i] for i in put_order]),
-                    tags=[{"status": "success"} for _ in keys])
+    tq.kv_batch_put(
+        keys=[keys[i] for i in put_order],
+        partition_id="train",
+        fields=list_of_dict_to_tensordict([rows[i] for i in put_order]),
+        tags=[{"status": "success"} for _ in keys],
+    )
     batch = KVBatchMeta(keys=keys, tags=[{"status": "success"} for _ in keys], partition_id="train")
 
     trainer = object.__new__(VPOTrainerSync)  # the real method, without starting workers
@@ -242,18 +255,30 @@ def test_gdpo_equals_verls_own_gdpo_with_varied_response_lengths(seed):
     if weights:
         config["gdpo_reward_weights"] = weights
     verl_adv, _ = get_adv_estimator_fn("gdpo")(
-        token_level_rewards=torch.zeros(batch, width), response_mask=mask, index=uids, config=config,
+        token_level_rewards=torch.zeros(batch, width),
+        response_mask=mask,
+        index=uids,
+        config=config,
         non_tensor_batch={f"c{j}": channels[:, j] for j in range(k)},
-        batch={"prompts": torch.zeros(batch, prompt, dtype=torch.long),
-               "attention_mask": torch.cat([torch.ones(batch, prompt), mask], dim=1).long()},
+        batch={
+            "prompts": torch.zeros(batch, prompt, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(batch, prompt), mask], dim=1).long(),
+        },
     )
-    ours, _ = advantage_for_method("gdpo", scores=None, sub_scores=list(channels), group_ids=uids,
-                                   settings={"channel_weights": weights}, response_lengths=lengths)
+    ours, _ = advantage_for_method(
+        "gdpo",
+        scores=None,
+        sub_scores=list(channels),
+        group_ids=uids,
+        settings={"channel_weights": weights},
+        response_lengths=lengths,
+    )
     assert np.abs(ours).max() > 1.0  # a real spread of advantages, not all zeros
     np.testing.assert_allclose(verl_adv.double().numpy(), ours[:, None] * mask.double().numpy(), rtol=0, atol=1e-6)
     # per-rollout whitening (every rollout one token) is a different estimator on this batch
-    per_rollout, _ = advantage_for_method("gdpo", scores=None, sub_scores=list(channels), group_ids=uids,
-                                          settings={"channel_weights": weights})
+    per_rollout, _ = advantage_for_method(
+        "gdpo", scores=None, sub_scores=list(channels), group_ids=uids, settings={"channel_weights": weights}
+    )
     assert np.abs(per_rollout - ours).max() > 1e-3
 
 
@@ -290,8 +315,10 @@ def test_maxrl_through_verl_matches_the_formula_by_hand(verl_config):
     expected = [(r - mean_g) / (mean_g + 1e-6) for r in scores[:4]] + [0.0, 0.0, 0.0]
     rewards, mask = torch.zeros(7, 4), torch.ones(7, 4)
     rewards[:, -1] = torch.tensor(scores, dtype=torch.float32)
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
-                               non_tensors={"uid": np.array(uids, dtype=object)})
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
     rollouts = ext.stage_from_extra_info([{"score": float(s), "sub_scores": "[]"} for s in scores])
     with ext.staged(rollouts):
         out = compute_advantage(data, adv_estimator="maxrl", config=verl_config.algorithm)

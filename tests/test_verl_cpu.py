@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from vpo.generate import SamplingSettings  # noqa: E402
 from vpo.verl_ext.cpu.rollout import TransformersServer, sample_batch  # noqa: E402
 
-REGISTRATION = textwrap.dedent('''
+REGISTRATION = textwrap.dedent("""
     import json, os, socket
     import torch.distributed as dist
     import verl  # loads vpo.verl_ext.plugin through VERL_USE_EXTERNAL_MODULES
@@ -38,7 +38,7 @@ REGISTRATION = textwrap.dedent('''
         "replica": get_rollout_replica_class("transformers").__name__,
         "rng_state_len": int(get_torch_device().get_rng_state().numel()),
     }))
-''')
+""")
 
 
 def _free_port() -> int:
@@ -56,20 +56,35 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_cpu_mode_registers_in_verl_and_opens_a_gloo_process_group():
-    proc = _run(REGISTRATION, VERL_PLATFORM="cpu", RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(_free_port()))
+    proc = _run(
+        REGISTRATION,
+        VERL_PLATFORM="cpu",
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got == {"platform": "CpuPlatform", "device": "cpu", "backend": "gloo", "ray_resource": {"num_gpus": 2},
-                   "device_id": "cpu", "adapter": "TransformersAdapter", "replica": "TransformersReplica",
-                   "rng_state_len": int(torch.get_rng_state().numel())}
+    assert got == {
+        "platform": "CpuPlatform",
+        "device": "cpu",
+        "backend": "gloo",
+        "ray_resource": {"num_gpus": 2},
+        "device_id": "cpu",
+        "adapter": "TransformersAdapter",
+        "replica": "TransformersReplica",
+        "rng_state_len": int(torch.get_rng_state().numel()),
+    }
 
 
 @pytest.mark.slow
 def test_without_the_cpu_platform_nothing_is_registered():
-    code = ("import verl\nfrom verl.workers.rollout.base import _ROLLOUT_REGISTRY\n"
-            "from verl.plugin.platform.platform_manager import PlatformRegistry\n"
-            "print(('transformers', 'async') in _ROLLOUT_REGISTRY, PlatformRegistry.get('cpu') is not None)")
+    code = (
+        "import verl\nfrom verl.workers.rollout.base import _ROLLOUT_REGISTRY\n"
+        "from verl.plugin.platform.platform_manager import PlatformRegistry\n"
+        "print(('transformers', 'async') in _ROLLOUT_REGISTRY, PlatformRegistry.get('cpu') is not None)"
+    )
     proc = _run(code, VERL_PLATFORM="")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["False", "False"]
@@ -91,9 +106,18 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                         eos_token_id=1, bos_token_id=0, pad_token_id=2)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        eos_token_id=1,
+        bos_token_id=0,
+        pad_token_id=2,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -109,24 +133,45 @@ def _greedy_by_hand(model, prompt, n):
     for _ in range(n):  # one full forward per token, no cache, no padding
         with torch.no_grad():
             ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def test_batched_sampling_matches_one_prompt_at_a_time_forwards(tiny_llama):
     prompts = [[0, 5, 9, 11, 3], [0, 7], [0, 4, 4, 8]]  # different lengths: left padding in the batch
-    greedy = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], sampling=SamplingSettings(temperature=0.0),
-                          eos_token_id=None, pad_token_id=2, with_logprobs=True)
+    greedy = sample_batch(
+        tiny_llama,
+        prompts,
+        max_tokens=[8, 8, 3],
+        sampling=SamplingSettings(temperature=0.0),
+        eos_token_id=None,
+        pad_token_id=2,
+        with_logprobs=True,
+    )
     for prompt, limit, (tokens, logp) in zip(prompts, [8, 8, 3], greedy):
         assert tokens == _greedy_by_hand(tiny_llama, prompt, limit)  # each row stops at its own limit
         assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, tokens), abs=1e-4)
     torch.manual_seed(3)
-    top1 = sample_batch(tiny_llama, prompts, max_tokens=[8, 8, 3], sampling=SamplingSettings(top_k=1, seed=None),
-                        eos_token_id=None, pad_token_id=2, with_logprobs=False)
+    top1 = sample_batch(
+        tiny_llama,
+        prompts,
+        max_tokens=[8, 8, 3],
+        sampling=SamplingSettings(top_k=1, seed=None),
+        eos_token_id=None,
+        pad_token_id=2,
+        with_logprobs=False,
+    )
     assert [t for t, _ in top1] == [t for t, _ in greedy]  # top-k 1 leaves only the argmax
     assert all(lp is None for _, lp in top1)
     torch.manual_seed(3)
-    sampled = sample_batch(tiny_llama, prompts * 4, max_tokens=[30] * 12, sampling=SamplingSettings(top_p=0.9),
-                           eos_token_id=1, pad_token_id=2, with_logprobs=True)
+    sampled = sample_batch(
+        tiny_llama,
+        prompts * 4,
+        max_tokens=[30] * 12,
+        sampling=SamplingSettings(top_p=0.9),
+        eos_token_id=1,
+        pad_token_id=2,
+        with_logprobs=True,
+    )
     for prompt, (tokens, logp) in zip(prompts * 4, sampled):
         assert logp == pytest.approx(_logprobs_by_full_forward(tiny_llama, prompt, tokens), abs=1e-4)
         assert 1 not in tokens[:-1] and (tokens[-1] == 1 or len(tokens) == 30)  # ends at EOS or the limit
@@ -135,15 +180,17 @@ def test_batched_sampling_matches_one_prompt_at_a_time_forwards(tiny_llama):
 
 def test_server_generates_within_limits_and_takes_new_weights(tiny_llama, tmp_path):
     tiny_llama.save_pretrained(tmp_path / "model")
-    server = TransformersServer({"prompt_length": 16, "response_length": 6, "max_model_len": None},
-                                {"path": str(tmp_path / "model")})
+    server = TransformersServer(
+        {"prompt_length": 16, "response_length": 6, "max_model_len": None}, {"path": str(tmp_path / "model")}
+    )
     greedy = {"temperature": 0, "top_p": 1.0, "top_k": -1, "logprobs": True}
 
     async def step():  # as veRL's agent loop does: every request of a step at once
         return await asyncio.gather(
             server.generate("r1", prompt_ids=[0, 5, 9], sampling_params=greedy),
             server.generate("r2", prompt_ids=[0] * 20, sampling_params={"temperature": 0, "max_tokens": 50}),
-            server.generate("r3", prompt_ids=[0, 7], sampling_params=greedy))
+            server.generate("r3", prompt_ids=[0, 7], sampling_params=greedy),
+        )
 
     out, capped, other = asyncio.run(step())
     assert out.token_ids == _greedy_by_hand(tiny_llama, [0, 5, 9], 6)  # response_length 6, no EOS in 40 ids

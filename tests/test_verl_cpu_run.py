@@ -30,8 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def vpo(*args, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vpo.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=900, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "vpo.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=900, **kwargs
+    )
 
 
 def logged_steps(run) -> set[int]:
@@ -52,8 +53,27 @@ def test_killed_verl_cpu_run_resumes_from_its_checkpoint_then_merges_and_evaluat
     assert vpo("preprocess", "--task", "maze", "--out", str(data), *common).returncode == 0
     built = vpo("base-model", "--task", "maze", "--mode", "multi", "--data", str(data), "--out", str(base), *common)
     assert built.returncode == 0, built.stderr[-2000:]
-    train = [sys.executable, "-m", "vpo.cli", "train", "--backend", "verl", "--task", "maze", "--method", "vpo",
-             "--seed", "0", "--data", str(data), "--base-model", str(base), "--out", str(run), *common]
+    train = [
+        sys.executable,
+        "-m",
+        "vpo.cli",
+        "train",
+        "--backend",
+        "verl",
+        "--task",
+        "maze",
+        "--method",
+        "vpo",
+        "--seed",
+        "0",
+        "--data",
+        str(data),
+        "--base-model",
+        str(base),
+        "--out",
+        str(run),
+        *common,
+    ]
 
     with open(tmp_path / "first.log", "w") as log:
         first = subprocess.Popen(train, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -93,8 +113,24 @@ def test_killed_verl_cpu_run_resumes_from_its_checkpoint_then_merges_and_evaluat
 
     AutoModelForCausalLM.from_pretrained(run / "model")
     out = run / "eval" / "evalseed0.parquet"
-    evaluated = vpo("eval", "--model", str(run / "model"), "--task", "maze", "--method", "vpo", "--data", str(data),
-                    "--seed", "0", "--out", str(out), "--train-seed", "0", *common)
+    evaluated = vpo(
+        "eval",
+        "--model",
+        str(run / "model"),
+        "--task",
+        "maze",
+        "--method",
+        "vpo",
+        "--data",
+        str(data),
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--train-seed",
+        "0",
+        *common,
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["backend"] == "torch" and summary["m"] == 3

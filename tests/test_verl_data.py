@@ -30,8 +30,14 @@ def maze_files(tmp_path_factory):
 def _compose(method: str, *extra: str):
     from hydra import compose, initialize_config_dir
 
-    overrides = [f"data.vpo.method={method}", f"data.vpo.m={M}", f"data.vpo.seed={SEED}",
-                 "data.filter_overlong_prompts=false", "data.dataloader_num_workers=0", *extra]
+    overrides = [
+        f"data.vpo.method={method}",
+        f"data.vpo.m={M}",
+        f"data.vpo.seed={SEED}",
+        "data.filter_overlong_prompts=false",
+        "data.dataloader_num_workers=0",
+        *extra,
+    ]
     with initialize_config_dir(config_dir=str(REPO / "verl" / "config"), version_base=None):
         return compose(config_name="vpo_trainer", overrides=overrides)
 
@@ -91,7 +97,7 @@ def test_goal_cond_shows_the_rows_weights(datasets):
         np.testing.assert_allclose(item["reward_model"]["ground_truth"]["weights"], weights)
         text = _user_text(item["raw_prompt"])
         assert text.startswith(_user_text(row["prompt"])) and len(text) > len(_user_text(row["prompt"]))
-        assert f"{weights[0]:.2f}" in text[len(_user_text(row["prompt"])):]
+        assert f"{weights[0]:.2f}" in text[len(_user_text(row["prompt"])) :]
         assert item["extra_info"]["num_solutions"] == 1
 
 
@@ -122,19 +128,23 @@ def test_both_backends_build_identical_rows_with_a_non_default_alpha(maze_files,
     command = build_command(cfg, "maze", method, SEED, tmp_path / "run", maze_files[0].parent)
     data_overrides = [o for o in command.overrides if o.startswith("data.vpo.")]
     assert "data.vpo.alpha=0.3" in data_overrides
-    dataset = create_rl_dataset([str(maze_files[0])], _compose(method, *data_overrides).data, tokenizer=None,
-                                processor=None)
+    dataset = create_rl_dataset(
+        [str(maze_files[0])], _compose(method, *data_overrides).data, tokenizer=None, processor=None
+    )
     stored = pd.read_parquet(maze_files[0]).to_dict("records")
     local = prepare_rows(stored, method, M if get_method(method).multi_answer else 1, SEED, alpha=0.3)
     for i, row in enumerate(local):
         item = dataset[i]
         assert json.dumps([dict(m) for m in item["raw_prompt"]]) == json.dumps(row["prompt"])
         assert item["extra_info"]["num_solutions"] == row["extra_info"]["num_solutions"]
-        assert json.dumps(list(item["reward_model"]["ground_truth"].get("weights", []))) == \
-            json.dumps(list(row["reward_model"]["ground_truth"].get("weights", [])))
+        assert json.dumps(list(item["reward_model"]["ground_truth"].get("weights", []))) == json.dumps(
+            list(row["reward_model"]["ground_truth"].get("weights", []))
+        )
     if method == "goal_cond":  # alpha reaches the weights: they differ from alpha 1's
         uniform = prepare_rows(stored, method, 1, SEED, alpha=1.0)
-        assert local[0]["reward_model"]["ground_truth"]["weights"] != uniform[0]["reward_model"]["ground_truth"]["weights"]
+        assert (
+            local[0]["reward_model"]["ground_truth"]["weights"] != uniform[0]["reward_model"]["ground_truth"]["weights"]
+        )
 
 
 def test_veRL_collate_accepts_rewritten_rows(datasets):
@@ -154,8 +164,12 @@ def tokenizer(datasets):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     texts = [_user_text(item["raw_prompt"]) for item in datasets["vpo"][1]]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<eos>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<pad>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
 
 
@@ -176,9 +190,12 @@ def _reward_items(method, datasets, tokenizer):
         responses = torch.tensor([ids + [tokenizer.pad_token_id] * 3])
         prompts = torch.tensor([[5, 6, 7]])
         attention = torch.cat([torch.ones(1, 3), torch.ones(1, len(ids)), torch.zeros(1, 3)], dim=1).long()
-        non_tensors = {key: np.array([item[key]], dtype=object) for key in ("data_source", "reward_model", "extra_info")}
-        data = DataProto.from_dict(tensors={"prompts": prompts, "responses": responses, "attention_mask": attention},
-                                   non_tensors=non_tensors)
+        non_tensors = {
+            key: np.array([item[key]], dtype=object) for key in ("data_source", "reward_model", "extra_info")
+        }
+        data = DataProto.from_dict(
+            tensors={"prompts": prompts, "responses": responses, "attention_mask": attention}, non_tensors=non_tensors
+        )
         out.append((data, text))
     return out
 
@@ -236,4 +253,3 @@ def test_dataset_task_parquet_loads_in_rlhf_dataset(tmp_path, task, source):
     dataset = create_rl_dataset([str(train)], _compose("vpo").data, tokenizer=None, processor=None)
     item = dataset[0]
     assert item["extra_info"]["num_solutions"] == M and "<response_1>" in item["raw_prompt"][-1]["content"]
-

@@ -67,7 +67,9 @@ def test_every_paper_cell_composes_and_validates(paper_cfg, launcher, tmp_path, 
         assert config.data.vpo.m == (tset["m"] if spec.multi_answer else 1)
         # the authors' lengths per data path: multi-answer prompts, goal-conditioned prompts (random-weight
         # GRPO runs through that path with the weights hidden, PAPER_REPRO.md section 1), the rest single
-        kind = {"vpo": "multi", "multi_rlvr": "multi", "goal_cond": "goal", "random_weight": "goal"}.get(method, "single")
+        kind = {"vpo": "multi", "multi_rlvr": "multi", "goal_cond": "goal", "random_weight": "goal"}.get(
+            method, "single"
+        )
         assert config.data.max_response_length == tset["max_response_length"][kind]
         assert config.data.max_prompt_length == tset["max_prompt_length"][kind]
         assert config.trainer.n_gpus_per_node == gpus
@@ -104,21 +106,28 @@ def test_printed_command_composes_with_cfg_job(paper_cfg, launcher, tmp_path, ca
     """Run the printed command itself (environment included) with --cfg job appended."""
     import shlex
 
-    assert launcher.train_cell(paper_cfg, "eureqa", "gdpo", 2, tmp_path / "run", tmp_path / "data",
-                               print_command=True) == launcher.VerlRun(0)
+    assert launcher.train_cell(
+        paper_cfg, "eureqa", "gdpo", 2, tmp_path / "run", tmp_path / "data", print_command=True
+    ) == launcher.VerlRun(0)
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()  # printing starts nothing
     words = shlex.split(line)
-    env = dict(os.environ, **dict(w.split("=", 1) for w in words if "=" in w and not w.startswith(("-", "/"))
-                                  and w.split("=", 1)[0].isupper()))
+    env = dict(
+        os.environ,
+        **dict(
+            w.split("=", 1) for w in words if "=" in w and not w.startswith(("-", "/")) and w.split("=", 1)[0].isupper()
+        ),
+    )
     argv = [w for w in words if not ("=" in w and w.split("=", 1)[0].isupper())]
     result = subprocess.run(argv + ["--cfg", "job"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     import yaml
 
-    job = yaml.safe_load(result.stdout[result.stdout.index("actor_rollout_ref:"):])
+    job = yaml.safe_load(result.stdout[result.stdout.index("actor_rollout_ref:") :])
     assert job["algorithm"]["adv_estimator"] == "gdpo_v1"
-    assert job["data"]["train_batch_size"] == 64 and job["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] == 2
+    assert (
+        job["data"]["train_batch_size"] == 64 and job["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] == 2
+    )
     assert job["trainer"]["experiment_name"] == "gdpo_eureqa_seed2"
     assert job["trainer"]["default_local_dir"] == str((tmp_path / "run" / "checkpoints").resolve())
     assert "file" in job["trainer"]["logger"]
@@ -196,7 +205,9 @@ def test_preflight_rejects_bad_sizes_and_models(paper_cfg, launcher, cell, tmp_p
     bad = launcher.build_command(_cfg_with(paper_cfg, model, gpus=3), "maze", "grpo", 0, tmp_path / "r", data)
     with pytest.raises(launcher.PreflightError, match="does not divide over 3 GPUs"):
         launcher.preflight(_cfg_with(paper_cfg, model, gpus=3), "maze", "grpo", bad, with_verl=False)
-    short = deep_merge(_cfg_with(paper_cfg, model), {"task_settings": {"maze": {"max_response_length": {"multi": 200}}}})
+    short = deep_merge(
+        _cfg_with(paper_cfg, model), {"task_settings": {"maze": {"max_response_length": {"multi": 200}}}}
+    )
     command = launcher.build_command(short, "maze", "vpo", 0, tmp_path / "r", data)
     with pytest.raises(launcher.PreflightError, match="m=3 answers do not fit max_response_length=200"):
         launcher.preflight(short, "maze", "vpo", command, with_verl=False)
@@ -209,10 +220,34 @@ def test_preflight_rejects_bad_sizes_and_models(paper_cfg, launcher, cell, tmp_p
 def test_cli_wrong_method_fails_fast(tmp_path, cell):
     data, _ = cell
     started = time.time()
-    result = subprocess.run([sys.executable, "-m", "vpo.cli", "train", "--backend", "verl", "--task", "maze",
-                             "--method", "vpoo", "--seed", "0", "--preset", "paper", "--data", str(data),
-                             "--out", str(tmp_path / "run"), "--config", str(REPO / "config.yaml")],
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vpo.cli",
+            "train",
+            "--backend",
+            "verl",
+            "--task",
+            "maze",
+            "--method",
+            "vpoo",
+            "--seed",
+            "0",
+            "--preset",
+            "paper",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "run"),
+            "--config",
+            str(REPO / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     elapsed = time.time() - started
     assert result.returncode != 0 and "vpoo" in result.stderr
     assert elapsed < 30, elapsed
@@ -227,9 +262,17 @@ def test_file_logger_output_becomes_metrics_jsonl(launcher, tmp_path, monkeypatc
         monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "logs" / f"verl_metrics.{stamp}.jsonl"))
         logger = FileLogger("vpo_maze", "vpo_maze_seed0")
         for step in steps:
-            logger.log({"vpo/pool_diversity": 0.1 * step + (1 if stamp.endswith("10000") else 0),
-                        "vpo/reward/gold": 0.5, "vpo/adv/advantage/std": 1.0, "actor/entropy": 2.0,
-                        "timing_s/step": 10.0, "critic/score/mean": 0.25}, step=step)
+            logger.log(
+                {
+                    "vpo/pool_diversity": 0.1 * step + (1 if stamp.endswith("10000") else 0),
+                    "vpo/reward/gold": 0.5,
+                    "vpo/adv/advantage/std": 1.0,
+                    "actor/entropy": 2.0,
+                    "timing_s/step": 10.0,
+                    "critic/score/mean": 0.25,
+                },
+                step=step,
+            )
         logger.log({"val-core/maze/acc/mean@3": 0.4}, step=steps[-1])  # a validation record
         logger.finish()
     assert launcher.convert_metrics(tmp_path) == 3
@@ -243,33 +286,42 @@ def test_file_logger_output_becomes_metrics_jsonl(launcher, tmp_path, monkeypatc
 
 def test_entry_point_registers_in_a_fresh_process():
     """`import verl` alone (the verl.plugins entry point) registers the estimators and trainer."""
-    code = ("import verl\nfrom verl.trainer.ppo import core_algos\nfrom verl.trainer.ppo.v1 import get_trainer_cls\n"
-            "print([n for n in ('vpo','vpo_single','maxrl','max_at_k','multi_rlvr','gdpo_v1') "
-            "if n in core_algos.ADV_ESTIMATOR_REGISTRY], get_trainer_cls('vpo_sync').__name__)")
+    code = (
+        "import verl\nfrom verl.trainer.ppo import core_algos\nfrom verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "print([n for n in ('vpo','vpo_single','maxrl','max_at_k','multi_rlvr','gdpo_v1') "
+        "if n in core_algos.ADV_ESTIMATOR_REGISTRY], get_trainer_cls('vpo_sync').__name__)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_MODULES"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "['vpo', 'vpo_single', 'maxrl', 'max_at_k', 'multi_rlvr', 'gdpo_v1'] VPOTrainerSync" in result.stdout
 
 
-@pytest.mark.parametrize("task, method", [("maze", "vpo"), ("musique", "multi_rlvr"), ("tool", "goal_cond"),
-                                          ("lcb", "vpo"), ("lcb", "multi_rlvr")])
+@pytest.mark.parametrize(
+    "task, method",
+    [("maze", "vpo"), ("musique", "multi_rlvr"), ("tool", "goal_cond"), ("lcb", "vpo"), ("lcb", "multi_rlvr")],
+)
 def test_printed_command_of_each_task_composes(paper_cfg, launcher, tmp_path, capsys, task, method):
     """The printed command of a paper cell of every other task, run with --cfg job."""
     import shlex
 
     import yaml
 
-    assert launcher.train_cell(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True).status == 0
+    assert (
+        launcher.train_cell(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True).status
+        == 0
+    )
     words = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
     is_env = [("=" in w and w.split("=", 1)[0].isupper() and not w.startswith(("-", "/"))) for w in words]
     env = dict(os.environ, **dict(w.split("=", 1) for w, e in zip(words, is_env) if e))
     argv = [w for w, e in zip(words, is_env) if not e]
     result = subprocess.run(argv + ["--cfg", "job"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    job = yaml.safe_load(result.stdout[result.stdout.index("actor_rollout_ref:"):])
+    job = yaml.safe_load(result.stdout[result.stdout.index("actor_rollout_ref:") :])
     assert job["trainer"]["experiment_name"] == f"{method}_{task}_seed0"
-    assert job["data"]["vpo"]["method"] == method and job["data"]["vpo"]["m"] == (3 if method in ("vpo", "multi_rlvr") else 1)
+    assert job["data"]["vpo"]["method"] == method and job["data"]["vpo"]["m"] == (
+        3 if method in ("vpo", "multi_rlvr") else 1
+    )
 
 
 def test_importing_the_launcher_registers_nothing_and_the_plugin_registers_all():
@@ -278,16 +330,21 @@ def test_importing_the_launcher_registers_nothing_and_the_plugin_registers_all()
     import subprocess
     import sys
 
-    probe = ("from verl.trainer.ppo import core_algos; from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY; "
-             "registered = lambda: ('vpo' in core_algos.ADV_ESTIMATOR_REGISTRY, 'vpo_sync' in TRAINER_REGISTRY); ")
-    code = probe + ("import vpo.verl_ext.launcher, vpo.verl_ext.estimators, vpo.verl_ext.preflight; print(registered()); "
-                    "import vpo.verl_ext.plugin; print(registered())")
+    probe = (
+        "from verl.trainer.ppo import core_algos; from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY; "
+        "registered = lambda: ('vpo' in core_algos.ADV_ESTIMATOR_REGISTRY, 'vpo_sync' in TRAINER_REGISTRY); "
+    )
+    code = probe + (
+        "import vpo.verl_ext.launcher, vpo.verl_ext.estimators, vpo.verl_ext.preflight; print(registered()); "
+        "import vpo.verl_ext.plugin; print(registered())"
+    )
     quiet = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}  # veRL's switch for its entry-point discovery
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=quiet).stdout
     assert out.split("\n")[:2] == ["(False, False)", "(True, True)"]
     auto = {key: value for key, value in os.environ.items() if key != "VERL_USE_EXTERNAL_PLUGINS"}
-    out = subprocess.run([sys.executable, "-c", probe + "print(registered())"], capture_output=True, text=True,
-                         check=True, env=auto).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe + "print(registered())"], capture_output=True, text=True, check=True, env=auto
+    ).stdout
     assert out.strip() == "(True, True)"
 
 

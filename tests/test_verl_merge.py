@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 # Runs as its own program: two processes, gloo, FSDP2 fully_shard on CPU, veRL's checkpoint manager.
-WRITER = textwrap.dedent('''
+WRITER = textwrap.dedent("""
     import os, sys
     import torch
     import torch.distributed as dist
@@ -65,7 +65,7 @@ WRITER = textwrap.dedent('''
     if __name__ == "__main__":
         run_dir, reference_dir, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
         mp.spawn(rank_main, args=(2, run_dir, reference_dir, port), nprocs=2, join=True)
-''')
+""")
 
 
 def _free_port() -> int:
@@ -83,8 +83,13 @@ def fsdp_run(tmp_path_factory):
     script = root / "write_fsdp_checkpoint.py"
     script.write_text(WRITER)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, str(script), str(run_dir), str(reference), str(_free_port())],
-                            capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [sys.executable, str(script), str(run_dir), str(reference), str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir / "train.json").write_text(json.dumps({"backend": "verl", "task": "maze", "method": "vpo", "seed": 0}))
     return run_dir, reference
@@ -94,7 +99,9 @@ def test_checkpoint_is_sharded_the_way_verl_writes_it(fsdp_run):
     actor = fsdp_run[0] / "checkpoints" / "global_step_2" / "actor"
     assert json.loads((actor / "fsdp_config.json").read_text()) == {"FSDP_version": 2, "world_size": 2}
     assert {p.name for p in actor.glob("model_world_size_2_rank_*.pt")} == {
-        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"}
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    }
     assert (actor / "huggingface" / "config.json").is_file()
 
 
@@ -105,9 +112,13 @@ def test_vpo_merge_gives_the_original_weights(fsdp_run):
 
     run_dir, reference = fsdp_run
     assert latest_actor_dir(run_dir / "checkpoints").parent.name == "global_step_2"
-    result = subprocess.run([sys.executable, "-m", "vpo.cli", "merge", "--run", str(run_dir)],
-                            capture_output=True, text=True, timeout=300,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    result = subprocess.run(
+        [sys.executable, "-m", "vpo.cli", "merge", "--run", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(run_dir.glob(".model.tmp-*"))
     merged = AutoModelForCausalLM.from_pretrained(run_dir / "model", dtype=torch.float32)
@@ -124,8 +135,16 @@ def test_local_backend_copies_the_final_model(tmp_path):
     from vpo.merge import merge_run
 
     run_dir = tmp_path / "run"
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1))
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
     model.save_pretrained(run_dir / "checkpoints" / "final")
     (run_dir / "train.json").write_text(json.dumps({"backend": "local"}))
     (run_dir / "model").mkdir()

@@ -48,8 +48,15 @@ def model_dir(tmp_path_factory, tiny_maze_data):
     from vpo.local.base import build_base_model
 
     out = tmp_path_factory.mktemp("update") / "base"
-    build_base_model("maze", str(tiny_maze_data), str(out), _cpu_settings(warm_start_steps=30, warm_start_batch=4),
-                     mode="single", m=3, seed=0)
+    build_base_model(
+        "maze",
+        str(tiny_maze_data),
+        str(out),
+        _cpu_settings(warm_start_steps=30, warm_start_batch=4),
+        mode="single",
+        m=3,
+        seed=0,
+    )
     return out
 
 
@@ -121,13 +128,29 @@ def _run_both(tmp_path, model_dir, settings):
     with torch.no_grad():
         reference_logp, _ = batch.logprobs(reference, temperature=settings.temperature)
 
-    spec = {"prompts": prompts, "responses": responses, "n": ROLLOUTS, "pad": pad, "advantages": advantages,
-            "reference_logp": reference_logp,
-            "overrides": _verl_overrides(settings, _verl_cpu_command(tmp_path, model_dir).overrides)}
+    spec = {
+        "prompts": prompts,
+        "responses": responses,
+        "n": ROLLOUTS,
+        "pad": pad,
+        "advantages": advantages,
+        "reference_logp": reference_logp,
+        "overrides": _verl_overrides(settings, _verl_cpu_command(tmp_path, model_dir).overrides),
+    }
     torch.save(spec, tmp_path / "batch.pt")
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "vpo.verl_ext.plugin", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "verl_actor_update.py"), str(tmp_path / "batch.pt"),
-                           str(tmp_path / "result.pt")], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "verl_actor_update.py"),
+            str(tmp_path / "batch.pt"),
+            str(tmp_path / "result.pt"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     verl = torch.load(tmp_path / "result.pt", weights_only=False)
 
@@ -138,8 +161,6 @@ def _run_both(tmp_path, model_dir, settings):
     after = policy.state_dict()
     changes = {name: (after[name] - before[name], verl["state"][name] - before[name], after[name]) for name in before}
     return verl, {"old_logp": old_logp, "stats": stats, "changes": changes, "mask": batch.mask}
-
-
 
 
 def test_one_step_equals_verls_actor_update(tmp_path, model_dir):

@@ -46,8 +46,7 @@ def engine(trained_base):
 def conversations(tiny_maze_data):
     """The test mazes' single-answer prompts and their three-route rewrites."""
     rows = read_rows(tiny_maze_data, "test")
-    return ([r["prompt"] for r in rows]
-            + [rewrite_prompt(r["prompt"], mode="multi", m=3, task="maze") for r in rows])
+    return [r["prompt"] for r in rows] + [rewrite_prompt(r["prompt"], mode="multi", m=3, task="maze") for r in rows]
 
 
 def vllm_tokens(engine, conversations, n, sampling):
@@ -55,8 +54,9 @@ def vllm_tokens(engine, conversations, n, sampling):
 
     from vpo.generate import vllm_sampling_kwargs
 
-    outputs = engine.llm.generate(engine.token_prompts(conversations),
-                                  SamplingParams(**vllm_sampling_kwargs(sampling, n)), use_tqdm=False)
+    outputs = engine.llm.generate(
+        engine.token_prompts(conversations), SamplingParams(**vllm_sampling_kwargs(sampling, n)), use_tqdm=False
+    )
     return outputs, [[list(c.token_ids) for c in o.outputs] for o in outputs]
 
 
@@ -64,13 +64,15 @@ def test_the_chat_template_reaches_vllm_as_the_torch_backend_renders_it(engine, 
     backend = TorchBackend(trained_base, progress=False)
     outputs, _ = vllm_tokens(engine, conversations, 1, GREEDY)
     for conversation, request in zip(conversations, outputs):
-        text = backend.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False,
-                                                     enable_thinking=False)
+        text = backend.tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=False, enable_thinking=False
+        )
         assert list(request.prompt_token_ids) == backend.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def test_greedy_decoding_gives_the_tokens_the_plain_torch_sampler_and_transformers_give(engine, trained_base,
-                                                                                         conversations, monkeypatch):
+def test_greedy_decoding_gives_the_tokens_the_plain_torch_sampler_and_transformers_give(
+    engine, trained_base, conversations, monkeypatch
+):
     from transformers import LlamaForCausalLM
 
     from vpo import llama_sampler
@@ -98,8 +100,10 @@ def test_sampling_with_a_seed_repeats_and_the_token_limit_binds(engine, conversa
     sampling = SamplingSettings(temperature=1.0, top_p=0.95, max_new_tokens=7, seed=5)
     first = engine.generate(conversations, 4, sampling)
     assert engine.generate(conversations, 4, sampling) == first
-    assert engine.generate(conversations, 4, SamplingSettings(temperature=1.0, top_p=0.95, max_new_tokens=7,
-                                                               seed=6)) != first
+    assert (
+        engine.generate(conversations, 4, SamplingSettings(temperature=1.0, top_p=0.95, max_new_tokens=7, seed=6))
+        != first
+    )
     assert [len(samples) for samples in first] == [4] * len(conversations)  # n samples per prompt
     assert any(len(set(samples)) > 1 for samples in first)  # the n samples of a prompt are not one sample
     _, tokens = vllm_tokens(engine, conversations, 4, sampling)
@@ -120,8 +124,13 @@ def test_a_pool_larger_than_one_step_of_prefill(engine, conversations):
 def eval_config(tmp_path_factory):
     raw = yaml.safe_load((REPO / "config.yaml").read_text())
     raw["presets"]["ci"]["task_settings"]["maze"]["eval"] = {
-        "budget": 6, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": {"single": 12, "multi": 40},
-        "seeds": [0], "gpus": 0}
+        "budget": 6,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": {"single": 12, "multi": 40},
+        "seeds": [0],
+        "gpus": 0,
+    }
     path = tmp_path_factory.mktemp("cfg") / "config.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -129,15 +138,41 @@ def eval_config(tmp_path_factory):
 
 def vpo_eval(model, data, config, out, backend, method="vpo"):
     """`vpo eval` as the workflow's eval rule runs it, in its own process."""
-    subprocess.run([sys.executable, "-m", "vpo.cli", "eval", "--model", str(model), "--task", "maze",
-                    "--method", method, "--data", str(data), "--seed", "0", "--preset", "ci", "--config",
-                    str(config), "--backend", backend, "--out", str(out)], check=True, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vpo.cli",
+            "eval",
+            "--model",
+            str(model),
+            "--task",
+            "maze",
+            "--method",
+            method,
+            "--data",
+            str(data),
+            "--seed",
+            "0",
+            "--preset",
+            "ci",
+            "--config",
+            str(config),
+            "--backend",
+            backend,
+            "--out",
+            str(out),
+        ],
+        check=True,
+        cwd=REPO,
+    )
     return pd.read_parquet(out), json.loads(Path(out).with_suffix(".json").read_text())
 
 
 @pytest.mark.parametrize("method", ["vpo", "grpo"])
-def test_vpo_eval_with_vllm_writes_what_the_torch_backend_writes(method, tiny_base_model, tiny_maze_data,
-                                                                 eval_config, tmp_path):
+def test_vpo_eval_with_vllm_writes_what_the_torch_backend_writes(
+    method, tiny_base_model, tiny_maze_data, eval_config, tmp_path
+):
     import shutil
 
     model = tmp_path / "runs" / "maze" / method / "seed0" / "model"

@@ -79,9 +79,12 @@ def test_bad_arguments_raise_clear_errors():
 
 
 def test_defaults_are_dirichlet_one_drawn_iid():
-    np.testing.assert_array_equal(sample_weights(4, 50, rng=3), sample_weights(4, 50, alpha=1.0, sampler="naive", rng=3))
-    np.testing.assert_array_equal(sample_weight_sets(4, 2, 50, rng=3),
-                                  sample_weight_sets(4, 2, 50, alpha=1.0, sampler="naive", rng=3))
+    np.testing.assert_array_equal(
+        sample_weights(4, 50, rng=3), sample_weights(4, 50, alpha=1.0, sampler="naive", rng=3)
+    )
+    np.testing.assert_array_equal(
+        sample_weight_sets(4, 2, 50, rng=3), sample_weight_sets(4, 2, 50, alpha=1.0, sampler="naive", rng=3)
+    )
     assert all(w.shape == (100, 3) for w in draw_group_weights([3, 3], rng=0))  # 100 weights per group
 
 
@@ -89,8 +92,9 @@ def test_defaults_are_dirichlet_one_drawn_iid():
 def test_one_set_is_sample_weight_sets_with_one_set(sampler):
     # the same weights, and the generator left where sample_weight_sets(k, 1, n) leaves it
     g1, g2 = np.random.default_rng(4), np.random.default_rng(4)
-    np.testing.assert_array_equal(sample_weights(3, 20, sampler=sampler, rng=g1),
-                                  sample_weight_sets(3, 1, 20, sampler=sampler, rng=g2)[0])
+    np.testing.assert_array_equal(
+        sample_weights(3, 20, sampler=sampler, rng=g1), sample_weight_sets(3, 1, 20, sampler=sampler, rng=g2)[0]
+    )
     assert g1.random() == g2.random()
 
 

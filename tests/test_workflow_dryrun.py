@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from snakemake.api import SnakemakeApi
 from snakemake.settings.enums import Quietness
-from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, ResourceSettings,
-                                      StorageSettings)
+from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings, StorageSettings
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"
@@ -41,10 +40,18 @@ def dryrun(workdir, config=None, targets=(), executor="dryrun"):
 
 def kinds(files):
     """Count planned files by what they are (the rule that writes them)."""
+
     def kind(path):
         if re.match(r"results/[^/]+/runs/", path):
-            return "model" if path.endswith("/model") else Path(path).suffix.lstrip(".") if "/eval/" in path else Path(path).name
+            return (
+                "model"
+                if path.endswith("/model")
+                else Path(path).suffix.lstrip(".")
+                if "/eval/" in path
+                else Path(path).name
+            )
         return re.sub(r"_(maze|musique|eureqa|tool|lcb)\.", ".", path.split("/")[-1])
+
     return Counter(kind(f) for f in files)
 
 
@@ -56,13 +63,23 @@ def test_cpu_preset_plans_every_rule(tmp_path):
     assert counts["train.parquet"] == counts["test.parquet"] == 1
     # one warm start per prompt form in use: grpo and max_at_k answer single, multi_rlvr and vpo multi
     assert sorted(f for f in files if f.startswith("results/cpu/base/")) == [
-        "results/cpu/base/maze/multi/base.json", "results/cpu/base/maze/single/base.json"]
-    for target in ["figures/cpu/pass_at_k.pdf", "figures/cpu/best_at_k.pdf", "figures/cpu/diversity_over_training.pdf",
-                   "results/cpu/tables/main_table.csv", "results/cpu/tables/main_table.md",
-                   "results/cpu/tables/main_table.tex", "results/cpu/tables/best_at_k_maze.tex",
-                   "results/cpu/tables/pass_at_k_maze.md", "results/cpu/aggregate/summary.csv",
-                   "results/cpu/aggregate/training_curves.csv",
-                   "figures/pass_at_k.pdf", "figures/pass_at_k.png"]:  # the latest run's copies
+        "results/cpu/base/maze/multi/base.json",
+        "results/cpu/base/maze/single/base.json",
+    ]
+    for target in [
+        "figures/cpu/pass_at_k.pdf",
+        "figures/cpu/best_at_k.pdf",
+        "figures/cpu/diversity_over_training.pdf",
+        "results/cpu/tables/main_table.csv",
+        "results/cpu/tables/main_table.md",
+        "results/cpu/tables/main_table.tex",
+        "results/cpu/tables/best_at_k_maze.tex",
+        "results/cpu/tables/pass_at_k_maze.md",
+        "results/cpu/aggregate/summary.csv",
+        "results/cpu/aggregate/training_curves.csv",
+        "figures/pass_at_k.pdf",
+        "figures/pass_at_k.png",
+    ]:  # the latest run's copies
         assert target in files
     assert all(f.startswith(("results/cpu/", "figures/")) for f in files)
     # the resolved config every vpo command reads is written when a run starts, not by the plan
@@ -83,16 +100,36 @@ def test_paper_grid_through_the_slurm_executor(tmp_path):
         assert f"figures/paper/ablation_{name}.pdf" in files
     assert not any(f.startswith("results/paper/base/") for f in files)  # veRL trains from the hub model
     assert sum(f.startswith("results/paper/tables/best_at_k_") for f in files) == 5 * 4  # csv, md, tex, html per task
-    for method in ("grpo", "gdpo", "maxrl", "max_at_k", "multi_rlvr", "vpo", "vpo_single", "goal_cond", "random_weight"):
-        assert f"results/paper/runs/lcb/{method}/seed2/train.json" in files  # every method on code, multi-answer included
+    for method in (
+        "grpo",
+        "gdpo",
+        "maxrl",
+        "max_at_k",
+        "multi_rlvr",
+        "vpo",
+        "vpo_single",
+        "goal_cond",
+        "random_weight",
+    ):
+        assert (
+            f"results/paper/runs/lcb/{method}/seed2/train.json" in files
+        )  # every method on code, multi-answer included
 
 
 def test_one_cell_is_rebuilt_alone(tmp_path):
     cell = "results/cpu/runs/maze/vpo/seed1"
     files = dryrun(tmp_path, targets=[f"{cell}/eval/evalseed0.json"])
-    assert files == sorted(["results/cpu/data/maze/train.parquet", "results/cpu/data/maze/test.parquet",
-                            "results/cpu/base/maze/multi/base.json", f"{cell}/train.json", f"{cell}/model",
-                            f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json"])
+    assert files == sorted(
+        [
+            "results/cpu/data/maze/train.parquet",
+            "results/cpu/data/maze/test.parquet",
+            "results/cpu/base/maze/multi/base.json",
+            f"{cell}/train.json",
+            f"{cell}/model",
+            f"{cell}/eval/evalseed0.parquet",
+            f"{cell}/eval/evalseed0.json",
+        ]
+    )
 
 
 STAGES = {"data": 0, "base": 1, "train.json": 2, "model": 3, "eval": 4, "hardest": 5, "aggregate": 7, "evolve": 6}
@@ -132,13 +169,21 @@ def test_touching_one_train_marker_replans_only_that_cell_and_what_follows(tmp_p
     os.utime(tmp_path / cell / "train.json")  # touch: now newer than everything
     replanned = dryrun(tmp_path)
     assert replanned == sorted(
-        [f"{cell}/model", f"{cell}/eval/evalseed0.parquet", f"{cell}/eval/evalseed0.json",
-         "results/cpu/aggregate/summary.csv", "results/cpu/aggregate/per_seed.csv",
-         "results/cpu/aggregate/provenance.json",
-         "results/cpu/aggregate/training_curves.csv", "results/cpu/evolve/maze/hardest.json",
-         "results/cpu/aggregate/per_problem.csv", "results/cpu/aggregate/intervals.csv",
-         "results/cpu/aggregate/improvement.csv", "results/cpu/aggregate/profiles.csv",
-         "results/cpu/aggregate/evolve_maze.csv"]
+        [
+            f"{cell}/model",
+            f"{cell}/eval/evalseed0.parquet",
+            f"{cell}/eval/evalseed0.json",
+            "results/cpu/aggregate/summary.csv",
+            "results/cpu/aggregate/per_seed.csv",
+            "results/cpu/aggregate/provenance.json",
+            "results/cpu/aggregate/training_curves.csv",
+            "results/cpu/evolve/maze/hardest.json",
+            "results/cpu/aggregate/per_problem.csv",
+            "results/cpu/aggregate/intervals.csv",
+            "results/cpu/aggregate/improvement.csv",
+            "results/cpu/aggregate/profiles.csv",
+            "results/cpu/aggregate/evolve_maze.csv",
+        ]
         + [f for f in every if "/evolve/" in f and f.startswith("results/cpu/runs/")]  # the hardest set may change
         + [f for f in every if f.startswith(("figures/", "results/cpu/tables/")) and "mechanism" not in f]
     )  # the bandit figure depends on no cell
@@ -153,13 +198,20 @@ def test_a_gone_evaluation_remakes_it_and_the_tables_and_figures_made_from_it(tm
     (tmp_path / cell / "eval" / "evalseed0.json").unlink()
     replanned = dryrun(tmp_path)
     assert f"{cell}/eval/evalseed0.json" in replanned and f"{cell}/eval/evalseed0.parquet" in replanned
-    for made_from_it in ("results/cpu/aggregate/summary.csv", "results/cpu/tables/main_table.md",
-                         "figures/cpu/pass_at_k.pdf", "figures/pass_at_k.pdf"):
+    for made_from_it in (
+        "results/cpu/aggregate/summary.csv",
+        "results/cpu/tables/main_table.md",
+        "figures/cpu/pass_at_k.pdf",
+        "figures/pass_at_k.pdf",
+    ):
         assert made_from_it in replanned
     # no other cell trains or evaluates again (their searches follow the hardest set, which may change)
-    assert not any(f.startswith("results/cpu/runs/") and not f.startswith(cell) and "/evolve/" not in f
-                   for f in replanned)
-    assert f"stale: results/cpu/aggregate/summary.csv lacks its input {cell}/eval/evalseed0.json" in capfd.readouterr().err
+    assert not any(
+        f.startswith("results/cpu/runs/") and not f.startswith(cell) and "/evolve/" not in f for f in replanned
+    )
+    assert (
+        f"stale: results/cpu/aggregate/summary.csv lacks its input {cell}/eval/evalseed0.json" in capfd.readouterr().err
+    )
     complete(tmp_path, [f"{cell}/eval/evalseed0.json"], start)  # back as it was: nothing planned, no word
     assert dryrun(tmp_path) == [] and "stale:" not in capfd.readouterr().err
 
@@ -171,11 +223,26 @@ def test_a_failed_rerun_of_an_evaluation_gives_the_previous_one_back(tmp_path):
     complete(tmp_path, every, start)
     evaluation = tmp_path / "results/cpu/runs/maze/vpo/seed1/eval"
     before = {p.name: p.read_bytes() for p in evaluation.glob("evalseed0.*")}
-    cmd = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--cores", "1",
-           "--configfile", str(REPO / "config.yaml"), "--workflow-profile", str(REPO / "profiles" / "default"),
-           "-f", "results/cpu/runs/maze/vpo/seed1/eval/evalseed0.json"]
+    cmd = [
+        str(SNAKEMAKE),
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(tmp_path),
+        "--cores",
+        "1",
+        "--configfile",
+        str(REPO / "config.yaml"),
+        "--workflow-profile",
+        str(REPO / "profiles" / "default"),
+        "-f",
+        "results/cpu/runs/maze/vpo/seed1/eval/evalseed0.json",
+    ]
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0 and "not a model directory" in (tmp_path / "logs/cpu/eval/maze/vpo/seed1/evalseed0.log").read_text()
+    assert (
+        result.returncode != 0
+        and "not a model directory" in (tmp_path / "logs/cpu/eval/maze/vpo/seed1/evalseed0.log").read_text()
+    )
     assert "Restored previous version" in result.stderr, result.stderr[-2000:]
     assert {p.name: p.read_bytes() for p in evaluation.glob("evalseed0.*")} == before and len(before) == 2
 
@@ -183,12 +250,16 @@ def test_a_failed_rerun_of_an_evaluation_gives_the_previous_one_back(tmp_path):
 def test_a_grid_too_large_to_plan_quickly_is_announced_before_planning(tmp_path, capfd):
     """10,000 seeds planned 170,059 jobs in 10 min and 3.46 GB with no word. The workflow is only parsed
     here (no DAG is built): the line comes before planning starts."""
+
     def parse(seeds):
         with SnakemakeApi(OutputSettings(dryrun=True, quiet={Quietness.ALL})) as api:
-            workflow = api.workflow(snakefile=SNAKEFILE, workdir=tmp_path, resource_settings=ResourceSettings(cores=1),
-                                    config_settings=ConfigSettings(configfiles=[REPO / "config.yaml"],
-                                                                   config={"seeds": seeds}),
-                                    storage_settings=StorageSettings())
+            workflow = api.workflow(
+                snakefile=SNAKEFILE,
+                workdir=tmp_path,
+                resource_settings=ResourceSettings(cores=1),
+                config_settings=ConfigSettings(configfiles=[REPO / "config.yaml"], config={"seeds": seeds}),
+                storage_settings=StorageSettings(),
+            )
             workflow.dag(DAGSettings())  # parses the Snakefile
         return capfd.readouterr().err
 
@@ -204,24 +275,33 @@ def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
     complete(tmp_path, cpu, time.time() - 2000)
     for preset in ("ci", "paper"):  # a finished cpu run, then another preset's plan
         planned = dryrun(tmp_path, config={"preset": preset})
-        assert planned and all(f.startswith((f"results/{preset}/", f"figures/{preset}/")) or
-                               re.fullmatch(r"figures/[^/]+", f) for f in planned), preset
+        assert planned and all(
+            f.startswith((f"results/{preset}/", f"figures/{preset}/")) or re.fullmatch(r"figures/[^/]+", f)
+            for f in planned
+        ), preset
     ci = dryrun(tmp_path, config={"preset": "ci"})
     complete(tmp_path, ci, time.time() - 1000)  # a finished ci run after it: the cpu tree is untouched
     assert dryrun(tmp_path) == [] and all((tmp_path / f).exists() for f in cpu)
 
 
-@pytest.mark.parametrize("config, key, words", [
-    ({"methods": ["grpo", "vpo", "reinforce"]}, "methods", "'reinforce' is neither a method"),
-    ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
-    ({"seeds": [2**32]}, "seeds[0]", "4294967296 is greater than the maximum of 4294967295"),  # crashed training
-    ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
-    ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
-    ({"method_settings": {"vpo": {"alpah": 0.5}}}, "method_settings.vpo", "'alpah' was unexpected"),
-    ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole groups"),
-    ({"task_settings": {"lcb": {"data": {"source": "apps"}}}}, "task_settings.lcb.data", "source 'apps' is not one of"),
-    ({"task_settings": {"maze": {"data": {"size": 12}}}}, "task_settings.maze.data", "size 12 is outside 5..9"),
-])
+@pytest.mark.parametrize(
+    "config, key, words",
+    [
+        ({"methods": ["grpo", "vpo", "reinforce"]}, "methods", "'reinforce' is neither a method"),
+        ({"seeds": [0, -3]}, "seeds[1]", "-3 is less than the minimum of 0"),
+        ({"seeds": [2**32]}, "seeds[0]", "4294967296 is greater than the maximum of 4294967295"),  # crashed training
+        ({"tasks": ["maze", "sudoku"]}, "tasks", "'sudoku' has no settings; add task_settings.sudoku"),
+        ({"preset": "x; touch pwned"}, "preset", "does not match"),  # a hostile name never reaches a shell
+        ({"method_settings": {"vpo": {"alpah": 0.5}}}, "method_settings.vpo", "'alpah' was unexpected"),
+        ({"task_settings": {"maze": {"eval": {"budget": 31}}}}, "task_settings.maze.eval.budget", "not whole groups"),
+        (
+            {"task_settings": {"lcb": {"data": {"source": "apps"}}}},
+            "task_settings.lcb.data",
+            "source 'apps' is not one of",
+        ),
+        ({"task_settings": {"maze": {"data": {"size": 12}}}}, "task_settings.maze.data", "size 12 is outside 5..9"),
+    ],
+)
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):
     # the overrides win over the preset; preset=paper makes the paper grid the base
     with pytest.raises(Exception) as err:
@@ -243,10 +323,22 @@ def test_a_bad_prompt_template_fails_the_plan_naming_the_file(tmp_path):
 
 def cli_dryrun(tmp_path, *args, env=None):
     """`snakemake -n` from a clean directory with the repository's profiles (CLI, so profiles load)."""
-    cmd = [str(SNAKEMAKE), "-n", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
-           "--configfile", str(REPO / "config.yaml"), "--workflow-profile", str(REPO / "profiles" / "default"), *args]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, **(env or {})})
+    cmd = [
+        str(SNAKEMAKE),
+        "-n",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(REPO / "config.yaml"),
+        "--workflow-profile",
+        str(REPO / "profiles" / "default"),
+        *args,
+    ]
+    result = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -256,20 +348,46 @@ def job_counts(output):
 
 
 # the grid's 135 cells and the ablations' 27 (9 variants x 3 seeds on maze, one eval seed each)
-PAPER_COUNTS = {"preprocess": 5, "train": 135 + 27, "merge": 135 + 27, "eval": 297 + 27, "aggregate": 1,
-                "aggregate_training": 1, "aggregate_ablations": 1, "figure_ablation": 4, "table_ablations": 1,
-                # bootstrap intervals over seeds x problems: per-problem scores, estimates, 2 tables, 3 figures
-                "aggregate_problems": 1, "intervals": 1, "table_intervals": 1, "table_pool_quality": 1,
-                "figure_intervals": 1, "figure_performance_profiles": 1, "figure_pool_quality": 1,
-                "table_main": 1, "table_curve": 10, "figure_pass_at_k": 1, "figure_best_at_k": 1,
-                "figure_diversity_over_training": 1, "mechanism_bandit": 1, "figure_mechanism_bandit": 1,
-                "mechanism_advantage": 1, "figure_mechanism_advantage": 1,
-                # evolutionary search: per task the hardest problems, 9 x 3 searches, curves, figure
-                "evolve_select": 5, "evolve_search": 135, "aggregate_evolve": 5, "figure_evolve": 5,
-                "figure_lcb_case_study": 1, "table_evolve": 1,
-                "figure_appendix_pass_at_k": 1, "figure_appendix_best_at_k": 1,  # all nine methods
-                "publish_figure": 40,  # figures/<name>: copies of the 20 figures, PDF and PNG
-                "all": 1, "total": 881}
+PAPER_COUNTS = {
+    "preprocess": 5,
+    "train": 135 + 27,
+    "merge": 135 + 27,
+    "eval": 297 + 27,
+    "aggregate": 1,
+    "aggregate_training": 1,
+    "aggregate_ablations": 1,
+    "figure_ablation": 4,
+    "table_ablations": 1,
+    # bootstrap intervals over seeds x problems: per-problem scores, estimates, 2 tables, 3 figures
+    "aggregate_problems": 1,
+    "intervals": 1,
+    "table_intervals": 1,
+    "table_pool_quality": 1,
+    "figure_intervals": 1,
+    "figure_performance_profiles": 1,
+    "figure_pool_quality": 1,
+    "table_main": 1,
+    "table_curve": 10,
+    "figure_pass_at_k": 1,
+    "figure_best_at_k": 1,
+    "figure_diversity_over_training": 1,
+    "mechanism_bandit": 1,
+    "figure_mechanism_bandit": 1,
+    "mechanism_advantage": 1,
+    "figure_mechanism_advantage": 1,
+    # evolutionary search: per task the hardest problems, 9 x 3 searches, curves, figure
+    "evolve_select": 5,
+    "evolve_search": 135,
+    "aggregate_evolve": 5,
+    "figure_evolve": 5,
+    "figure_lcb_case_study": 1,
+    "table_evolve": 1,
+    "figure_appendix_pass_at_k": 1,
+    "figure_appendix_best_at_k": 1,  # all nine methods
+    "publish_figure": 40,  # figures/<name>: copies of the 20 figures, PDF and PNG
+    "all": 1,
+    "total": 881,
+}
 
 
 @pytest.mark.slow
@@ -279,8 +397,10 @@ def test_cluster_profiles_plan_the_paper_grid(tmp_path, profile):
     output = cli_dryrun(tmp_path, "--profile", str(REPO / "profiles" / profile), "-p")
     assert job_counts(output) == PAPER_COUNTS
     # every cluster job gets the threads config.yaml asks for, not the planning machine's core count
-    threads = {rule: {int(n) for n in re.findall(rf"OMP_NUM_THREADS=(\d+) python -m vpo.cli {rule} ", output)}
-               for rule in ("train", "eval")}
+    threads = {
+        rule: {int(n) for n in re.findall(rf"OMP_NUM_THREADS=(\d+) python -m vpo.cli {rule} ", output)}
+        for rule in ("train", "eval")
+    }
     assert threads == {"train": {16}, "eval": {8}}
     profile_yaml = (REPO / "profiles" / profile / "config.yaml").read_text()
     assert re.search(r"^retries: [1-9]", profile_yaml, re.MULTILINE)
@@ -294,7 +414,6 @@ def test_cluster_profiles_plan_the_paper_grid(tmp_path, profile):
         gpus.setdefault(rule, set()).add((int(found.group(1)) if found else 0, int(lsf.group(1)) if lsf else 0))
     assert gpus["train"] == {(4, 4)} and gpus["eval"] == gpus["evolve_search"] == {(1, 1)}
     assert gpus["merge"] == {(0, 0)}
-
 
 
 def test_every_planned_plot_command_parses(tmp_path):
@@ -318,11 +437,19 @@ def test_every_planned_plot_command_parses(tmp_path):
 @pytest.mark.slow
 def test_installed_profile_works_by_name(tmp_path):
     home = tmp_path / "home"
-    subprocess.run([sys.executable, "-m", "vpo.cli", "install-profile", "slurm"], check=True,
-                   env={**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": ""}, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "vpo.cli", "install-profile", "slurm"],
+        check=True,
+        env={**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": ""},
+        capture_output=True,
+    )
     assert (home / ".config" / "snakemake" / "slurm" / "config.yaml").exists()
-    again = subprocess.run([sys.executable, "-m", "vpo.cli", "install-profile", "slurm"],
-                           env={**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": ""}, capture_output=True, text=True)
+    again = subprocess.run(
+        [sys.executable, "-m", "vpo.cli", "install-profile", "slurm"],
+        env={**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": ""},
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 1 and "already exists" in again.stderr
     work = tmp_path / "work"
     work.mkdir()
@@ -364,9 +491,9 @@ def test_command_line_seeds_equal_to_config_yamls_still_win(tmp_path):
     assert counts["train"] == 12  # 4 methods x 3 seeds
 
 
-
-@pytest.mark.parametrize("path", ["results/ci/runs/maze/grpo/seed0/model", "results/ci/data/maze/train.parquet",
-                                  "figures/ci/pass_at_k.pdf"])
+@pytest.mark.parametrize(
+    "path", ["results/ci/runs/maze/grpo/seed0/model", "results/ci/data/maze/train.parquet", "figures/ci/pass_at_k.pdf"]
+)
 def test_a_rebuild_hint_plans_the_file_in_its_own_preset(tmp_path, path):
     """The hints errors print, run as printed (dry): outside the cpu preset they once named no preset, and
     Snakemake answered MissingRuleException (or planned the default preset's settings)."""
@@ -385,9 +512,20 @@ def test_a_second_config_files_values_equal_to_config_yamls_still_win(tmp_path):
     five seeds as `--config` does (it once planned five)."""
     mine = tmp_path / "mine.yaml"
     mine.write_text("seeds: [0, 1, 2]\n")
-    cmd = [str(SNAKEMAKE), "-n", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
-           "--configfile", str(REPO / "config.yaml"), str(mine), "--workflow-profile", str(REPO / "profiles" / "default"),
-           "figures/pass_at_k.pdf"]
+    cmd = [
+        str(SNAKEMAKE),
+        "-n",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(REPO / "config.yaml"),
+        str(mine),
+        "--workflow-profile",
+        str(REPO / "profiles" / "default"),
+        "figures/pass_at_k.pdf",
+    ]
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert job_counts(result.stdout + result.stderr)["train"] == 12  # 4 methods x 3 seeds

@@ -35,14 +35,20 @@ def padded_batch(prompts, responses, n: int, pad: int):
     response_mask = torch.zeros((batch, width_r), dtype=torch.long)
     for row, response in enumerate(responses):
         prompt = prompts[row // n]
-        input_ids[row, width_p - len(prompt):width_p] = torch.tensor(prompt)
-        input_ids[row, width_p:width_p + len(response)] = torch.tensor(response)
-        attention[row, width_p - len(prompt):width_p + len(response)] = 1
-        response_ids[row, :len(response)] = torch.tensor(response)
-        response_mask[row, :len(response)] = 1
+        input_ids[row, width_p - len(prompt) : width_p] = torch.tensor(prompt)
+        input_ids[row, width_p : width_p + len(response)] = torch.tensor(response)
+        attention[row, width_p - len(prompt) : width_p + len(response)] = 1
+        response_ids[row, : len(response)] = torch.tensor(response)
+        response_mask[row, : len(response)] = 1
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    return {"prompts": input_ids[:, :width_p].clone(), "input_ids": input_ids, "attention_mask": attention, "position_ids": positions,
-            "responses": response_ids, "response_mask": response_mask}
+    return {
+        "prompts": input_ids[:, :width_p].clone(),
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "position_ids": positions,
+        "responses": response_ids,
+        "response_mask": response_mask,
+    }
 
 
 def main(batch_path: str, result_path: str) -> None:
@@ -52,8 +58,17 @@ def main(batch_path: str, result_path: str) -> None:
     with socket.socket() as sock:  # a one-rank gloo group, as a Ray worker of a one-GPU-slot job opens it
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port), "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"})
+    os.environ.update(
+        {
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "VERL_PLATFORM": "cpu",
+            "VERL_ENGINE_DEVICE": "cuda",
+        }
+    )
     from vpo.verl_ext.cpu import enable
 
     enable()
@@ -86,21 +101,36 @@ def main(batch_path: str, result_path: str) -> None:
     actor = config.actor_rollout_ref.actor
     width_r = layout["responses"].shape[1]
     advantages = spec["advantages"][:, None].expand(-1, width_r) * layout["response_mask"]
-    data = as_tensordict({**layout, "old_log_probs": old_logp, "ref_log_prob": spec["reference_logp"][:, :width_r],
-                          "advantages": advantages.float()})
+    data = as_tensordict(
+        {
+            **layout,
+            "old_log_probs": old_logp,
+            "ref_log_prob": spec["reference_logp"][:, :width_r],
+            "advantages": advantages.float(),
+        }
+    )
     mini_batch = int(actor.ppo_mini_batch_size) * int(config.actor_rollout_ref.rollout.n)
     # the keys veRL's trainer sets before `update_actor` (trainer/ppo/v1/trainer_base.py, _update_actor)
-    tu.assign_non_tensor(data, calculate_entropy=bool(actor.entropy_coeff != 0), distillation_use_topk=False,
-                         distillation_only=False, global_batch_size=mini_batch, mini_batch_size=mini_batch,
-                         epochs=int(actor.ppo_epochs), seed=int(actor.data_loader_seed),
-                         dataloader_kwargs={"shuffle": bool(actor.shuffle)})
+    tu.assign_non_tensor(
+        data,
+        calculate_entropy=bool(actor.entropy_coeff != 0),
+        distillation_use_topk=False,
+        distillation_only=False,
+        global_batch_size=mini_batch,
+        mini_batch_size=mini_batch,
+        epochs=int(actor.ppo_epochs),
+        seed=int(actor.data_loader_seed),
+        dataloader_kwargs={"shuffle": bool(actor.shuffle)},
+    )
     metrics = tu.get(worker.update_actor(data), "metrics")
 
     from torch.distributed.tensor import DTensor
 
     module = worker.actor.engine.module
-    state = {name: (value.full_tensor() if isinstance(value, DTensor) else value).detach().clone()
-             for name, value in module.state_dict().items()}
+    state = {
+        name: (value.full_tensor() if isinstance(value, DTensor) else value).detach().clone()
+        for name, value in module.state_dict().items()
+    }
     torch.save({"old_logp": old_logp, "metrics": metrics, "state": state}, result_path)
 
 

@@ -112,7 +112,8 @@ def vpo_advantage(
     }
     if weights is None:  # given weights are not a draw: no spread to measure
         diagnostics["vpo/advantage_draw_std"] = advantage_draw_spread(
-            sub_scores, group_ids, raw, n_weights=n_weights, alpha=alpha, sampler=sampler, eps=eps)
+            sub_scores, group_ids, raw, n_weights=n_weights, alpha=alpha, sampler=sampler, eps=eps
+        )
     return adv, diagnostics
 
 
@@ -125,9 +126,17 @@ def _z_normalise(raw: np.ndarray, codes: np.ndarray, eps: float) -> tuple[np.nda
 DRAW_REPEATS = 4  # independent weight draws behind vpo/advantage_draw_std
 
 
-def advantage_draw_spread(sub_scores: Sequence[Any], group_ids: Sequence[Any] | np.ndarray, raw: np.ndarray, *,
-                          n_weights: int, alpha: float, sampler: str, eps: float = 1e-6,
-                          repeats: int = DRAW_REPEATS) -> float:
+def advantage_draw_spread(
+    sub_scores: Sequence[Any],
+    group_ids: Sequence[Any] | np.ndarray,
+    raw: np.ndarray,
+    *,
+    n_weights: int,
+    alpha: float,
+    sampler: str,
+    eps: float = 1e-6,
+    repeats: int = DRAW_REPEATS,
+) -> float:
     """How much a batch's VPO advantages depend on which weights were drawn: the advantages computed
     with `repeats` independent draws of each group's n_weights weights, their standard deviation
     (ddof=1) over the draws per rollout, averaged over the B rollouts. The Monte Carlo noise the
@@ -172,8 +181,9 @@ def vpo_single_advantage(
             f"vpo_single expects one answer per rollout, but rollout {multi[0]} has {mats[multi[0]].shape[0]} rows; "
             "use the vpo estimator for multi-answer rollouts"
         )
-    return vpo_advantage(mats, group_ids, n_weights=n_weights, alpha=alpha, sampler=sampler, rng=rng, eps=eps,
-                         weights=weights)
+    return vpo_advantage(
+        mats, group_ids, n_weights=n_weights, alpha=alpha, sampler=sampler, rng=rng, eps=eps, weights=weights
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +192,11 @@ def vpo_single_advantage(
 
 @register_estimator("grpo")
 def grpo_advantage(
-    scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, norm_by_std: bool = True, eps: float = 1e-6
+    scores: Sequence[float] | np.ndarray,
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
 ) -> np.ndarray:
     """GRPO: (r - group mean) / (unbiased group std + eps), or r - mean without `norm_by_std`.
 
@@ -200,7 +214,9 @@ def grpo_advantage(
 
 
 @register_estimator("maxrl")
-def maxrl_advantage(scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, eps: float = 1e-6) -> np.ndarray:
+def maxrl_advantage(
+    scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, eps: float = 1e-6
+) -> np.ndarray:
     """MaxRL: (r - group mean) / (group mean + eps); 0 for a group whose mean is 0.
 
     scores: (B,) float, non-negative (success rates);  group_ids: (B,).  Returns: float64 (B,).
@@ -274,7 +290,11 @@ def max_at_k_subset(n: int, k: int | None = None) -> int:
 
 @register_estimator("max_at_k")
 def max_at_k_advantage(
-    scores: Sequence[float] | np.ndarray, group_ids: Sequence[Any] | np.ndarray, *, k: int | None = None, eps: float = 1e-6
+    scores: Sequence[float] | np.ndarray,
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    k: int | None = None,
+    eps: float = 1e-6,
 ) -> np.ndarray:
     """Max@k: unbiased per-rollout weight of E[max reward of a size-k subset], then GRPO normalisation.
 
@@ -290,7 +310,9 @@ def max_at_k_advantage(
     for n in np.unique(sizes).tolist():  # one batched pass per group size
         k_n = max_at_k_subset(n, k)
         if not 1 <= k_n <= n - 1:
-            raise ValueError(f"max_at_k needs 1 <= k <= n - 1, got k={k_n} for a group of n={n} rollouts; set k or the group size")
+            raise ValueError(
+                f"max_at_k needs 1 <= k <= n - 1, got k={k_n} for a group of n={n} rollouts; set k or the group size"
+            )
         gsel = np.flatnonzero(sizes == n)
         rsel, lg, slot, _ = group_slots(codes, n_groups, gsel)
         grid = np.zeros((len(gsel), n))

@@ -34,7 +34,7 @@ def holders(lock: Path) -> list[str]:
     never judged by a local pid: it is reported, 'pid <n> on <host>'."""
     found = []
     for note in sorted(lock.parent.glob(f"{lock.name}.*")):
-        pid, _, host = note.name[len(lock.name) + 1:].partition("@")
+        pid, _, host = note.name[len(lock.name) + 1 :].partition("@")
         if not pid.isdigit():
             continue
         what = note.read_text(errors="replace").strip() or "unknown job"
@@ -61,9 +61,10 @@ def hold(lock: str | os.PathLike, *, what: str, shared: bool = False) -> Iterato
     except BlockingIOError:
         os.close(fd)
         held_by = ", ".join(holders(lock)) or "another process"
-        raise CellBusy(f"{lock.parent} is in use by {held_by}; {what} would write into it at the same time. "
-                       "Wait for that job or stop it (a killed Snakemake leaves its jobs running), then rerun"
-                       ) from None
+        raise CellBusy(
+            f"{lock.parent} is in use by {held_by}; {what} would write into it at the same time. "
+            "Wait for that job or stop it (a killed Snakemake leaves its jobs running), then rerun"
+        ) from None
     holders(lock)  # removes the notes of holders that died
     note = lock.with_name(f"{lock.name}.{os.getpid()}@{HOST}")
     try:

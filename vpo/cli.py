@@ -20,14 +20,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("vpo.evaluate", "sample the candidate pool of a model on a task's test split and score it"),
     "aggregate": ("vpo.report.aggregate", "collect every cell's eval results into one table with seed statistics"),
     "claims": ("vpo.report.claims", "check the claims README makes on a run's results, printing the numbers it quotes"),
-    "intervals": ("vpo.report.intervals", "bootstrap intervals over seeds x problems (IQM, mean, P(improvement), profiles) and their tables"),
+    "intervals": (
+        "vpo.report.intervals",
+        "bootstrap intervals over seeds x problems (IQM, mean, P(improvement), profiles) and their tables",
+    ),
     "table": ("vpo.report.tables", "write a paper table (csv, md, tex) from aggregated results"),
     "plot": ("vpo.report.plot", "draw a paper figure (figures/<stem>.pdf) from aggregated results"),
     "evolve": ("vpo.evolve", "evolutionary search (OpenEvolve) with a cell's model on the hardest test problems"),
     "mechanism": ("vpo.mechanism", "train the toy vector-reward bandit with each estimator (mechanism figure data)"),
     "diagnose": ("vpo.diagnose", "what a finished cell's model writes: parse rate per slot, truncation, answer spread"),
-    "provenance": ("vpo.provenance", "what made each result under a folder (commit, packages, threads, machine) and what differs from here"),
-    "install-profile": ("vpo.profiles", "copy profiles/slurm or profiles/lsf into ~/.config/snakemake (never overwrites)"),
+    "provenance": (
+        "vpo.provenance",
+        "what made each result under a folder (commit, packages, threads, machine) and what differs from here",
+    ),
+    "install-profile": (
+        "vpo.profiles",
+        "copy profiles/slurm or profiles/lsf into ~/.config/snakemake (never overwrites)",
+    ),
 }
 
 

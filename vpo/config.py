@@ -67,8 +67,12 @@ def _local_trainer_schema() -> dict:
 
     kinds = {"int": {"type": "integer"}, "float": {"type": "number"}, "dict": {"type": "object"}}
     fields = dataclasses.fields(LocalTrainerSettings)
-    return {"type": "object", "additionalProperties": False, "required": [f.name for f in fields],
-            "properties": {f.name: {**kinds.get(str(f.type), {}), **LIMITS.get(f.name, {})} for f in fields}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [f.name for f in fields],
+        "properties": {f.name: {**kinds.get(str(f.type), {}), **LIMITS.get(f.name, {})} for f in fields},
+    }
 
 
 def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:
@@ -86,7 +90,9 @@ def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str
     errors, lines = lines, lines[:5]
     more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
     raise ConfigError(
-        f"invalid config ({where}):\n  " + "\n  ".join(lines) + more
+        f"invalid config ({where}):\n  "
+        + "\n  ".join(lines)
+        + more
         + f"\n  (allowed keys and values: {SCHEMA_PATH.relative_to(REPO_ROOT)})"
     )
 
@@ -98,7 +104,9 @@ def _non_finite(value: Any, path: str = "") -> list[tuple[str, float]]:
     if isinstance(value, float) and not math.isfinite(value):
         return [(path, value)]
     if isinstance(value, Mapping):
-        return [found for key, item in value.items() for found in _non_finite(item, f"{path}.{key}" if path else str(key))]
+        return [
+            found for key, item in value.items() for found in _non_finite(item, f"{path}.{key}" if path else str(key))
+        ]
     if isinstance(value, list):
         return [found for i, item in enumerate(value) for found in _non_finite(item, f"{path}[{i}]")]
     return []
@@ -123,6 +131,7 @@ def numbers_in_lists(value: Any) -> Any:
     """A copy where text inside lists and mappings that reads as a number, true, false or null becomes
     that value: Snakemake reads the structures of `--config` as text (`seeds=[0]` gives ["0"],
     `variants={"v": {"m": 2}}` gives "2"). No value of the config is text that reads as one of them."""
+
     def typed(v: Any) -> Any:
         if isinstance(v, str) and NUMBER.match(v):
             return int(v) if re.fullmatch(r"[+-]?\d+", v) else float(v)
@@ -185,8 +194,11 @@ def ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> 
     kept = [task for task in planned if task in overrides["tasks"]]
     if kept == planned:
         return overrides
-    print(f"config: the ablations skip {[t for t in planned if t not in kept]}, not in tasks {overrides['tasks']} "
-          "(set ablations.tasks to run them)", file=sys.stderr)
+    print(
+        f"config: the ablations skip {[t for t in planned if t not in kept]}, not in tasks {overrides['tasks']} "
+        "(set ablations.tasks to run them)",
+        file=sys.stderr,
+    )
     return deep_merge(overrides, {"ablations": {"tasks": kept}})
 
 
@@ -229,8 +241,11 @@ def absolute_data_paths(cfg: Mapping[str, Any], base: str | os.PathLike) -> dict
     for block in [out, *(out.get("presets") or {}).values()]:
         for settings in (block.get("task_settings") or {}).values():
             data = settings.get("data") or {}
-            for holder, key in [(data, "path"), *((v, "path") for v in data.values() if isinstance(v, dict)),
-                                *((settings.get("prompts") or {}, mode) for mode in ("single", "multi", "goal"))]:
+            for holder, key in [
+                (data, "path"),
+                *((v, "path") for v in data.values() if isinstance(v, dict)),
+                *((settings.get("prompts") or {}, mode) for mode in ("single", "multi", "goal")),
+            ]:
                 path = holder.get(key)
                 if path and not Path(str(path)).expanduser().is_absolute():
                     holder[key] = str((Path(base) / str(path)).resolve())
@@ -279,8 +294,10 @@ def cell_settings(cfg: Mapping[str, Any], task: str, method: str) -> dict[str, A
     trainer_block = "verl" if cfg["backend"] == "verl" else "local_trainer"
     settings = {
         "backend": cfg["backend"],
-        "task": {**{key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
-                 "m": answers_per_rollout(cfg, task, method)},
+        "task": {
+            **{key: value for key, value in task_settings(cfg, task).items() if key != "eval"},
+            "m": answers_per_rollout(cfg, task, method),
+        },
         "method": method_settings(cfg, method),
         "trainer": cfg.get(trainer_block, {}),
     }
@@ -309,17 +326,22 @@ def scale_note(cfg: Mapping[str, Any]) -> str:
         t = cfg["local_trainer"]
         if cfg["backend"] in ("local", "trl"):
             by = " by TRL" if cfg["backend"] == "trl" else ""
-            training = (f"trained{by} on CPU, {t['steps']} RL steps of {t['prompts_per_step']} x "
-                        f"{t['rollouts_per_prompt']} rollouts")
+            training = (
+                f"trained{by} on CPU, {t['steps']} RL steps of {t['prompts_per_step']} x "
+                f"{t['rollouts_per_prompt']} rollouts"
+            )
         else:
             batch = cfg["verl"]["batch_presets"].get(cfg["verl"]["batch_preset"])
             training = "trained by veRL on CPU" + (
-                f", {batch['train_batch_size']} x {batch['rollout_n']} rollouts per step" if batch else "")
+                f", {batch['train_batch_size']} x {batch['rollout_n']} rollouts per step" if batch else ""
+            )
         side = task_settings(cfg, "maze")["data"]["size"] if "maze" in cfg["tasks"] else None
         maze = f", maze {side}x{side}" if side else ""
         seeds = len(cfg["seeds"])
-        return (f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model {training}{maze}, "
-                f"{seeds} seed{'s' if seeds != 1 else ''}")
+        return (
+            f"{cfg['preset']} preset: {t['num_layers']}-layer width-{t['hidden_size']} model {training}{maze}, "
+            f"{seeds} seed{'s' if seeds != 1 else ''}"
+        )
     models = sorted({str(task_settings(cfg, task)["model"]) for task in cfg["tasks"]})
     return f"{cfg['preset']} preset: veRL on {', '.join(models)}"
 

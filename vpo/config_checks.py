@@ -31,8 +31,10 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     variants = cfg.get("variants") or {}
     for method in cfg["methods"]:
         if method not in METHODS:
-            problems.append(f"methods: '{method}' is neither a method ({', '.join(m for m in METHODS if METHODS[m].base is None)}) "
-                            "nor a variant named under `variants`")
+            problems.append(
+                f"methods: '{method}' is neither a method ({', '.join(m for m in METHODS if METHODS[m].base is None)}) "
+                "nor a variant named under `variants`"
+            )
         elif (variants.get(method) or {}).get("method", method) not in cfg["method_settings"]:
             base = (variants.get(method) or {}).get("method", method)
             problems.append(f"methods: '{method}' has no settings; add method_settings.{base} (may be {{}})")
@@ -49,14 +51,18 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
             )
         missing = [key for key in VERL_TASK_KEYS if key not in settings]
         if cfg["backend"] == "verl" and missing:  # the CPU backends train the tiny model and ignore them
-            problems.append(f"task_settings.{task}: backend verl needs {missing} (the model, its prompt and "
-                            "response lengths per prompt kind, epochs and GPUs per training job)")
+            problems.append(
+                f"task_settings.{task}: backend verl needs {missing} (the model, its prompt and "
+                "response lengths per prompt kind, epochs and GPUs per training job)"
+            )
         elif cfg["backend"] == "verl" and settings["gpus"] < 1:
             problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
     absent = [m for m in cfg["evolve"]["select_methods"] if m not in cfg["methods"]]
     if absent:
-        problems.append(f"evolve.select_methods: {absent} are not in methods {cfg['methods']}, so they have no "
-                        "evaluation pools to choose the search's problems from; add them to methods or drop them")
+        problems.append(
+            f"evolve.select_methods: {absent} are not in methods {cfg['methods']}, so they have no "
+            "evaluation pools to choose the search's problems from; add them to methods or drop them"
+        )
     return problems + _ablation_problems(cfg) + _method_problems(cfg) + _task_problems(cfg, project)
 
 
@@ -68,18 +74,25 @@ def _ablation_problems(cfg: Mapping[str, Any]) -> list[str]:
     from vpo.methods import get_method
 
     block = cfg.get("ablations") or {}
-    problems = [f"ablations.tasks: '{task}' is not in tasks {cfg['tasks']}; ablations run on the grid's tasks"
-                for task in block.get("tasks") or [] if task not in cfg["tasks"]]
+    problems = [
+        f"ablations.tasks: '{task}' is not in tasks {cfg['tasks']}; ablations run on the grid's tasks"
+        for task in block.get("tasks") or []
+        if task not in cfg["tasks"]
+    ]
     for name in ABLATIONS:
         methods = block.get(name) or []
         if len(methods) == 1:
             problems.append(f"ablations.{name}: {methods} compares nothing; name two or more methods, or none")
         for method in methods:
             if method not in METHODS:
-                problems.append(f"ablations.{name}: '{method}' is neither a method nor a variant named under `variants`")
+                problems.append(
+                    f"ablations.{name}: '{method}' is neither a method nor a variant named under `variants`"
+                )
             elif name in ("alpha", "sampler") and name not in setting_keys(method):
-                problems.append(f"ablations.{name}: '{method}' takes no {name}; this ablation compares methods that "
-                                "do (vpo and its variants)")
+                problems.append(
+                    f"ablations.{name}: '{method}' takes no {name}; this ablation compares methods that "
+                    "do (vpo and its variants)"
+                )
             elif name == "m" and not get_method(method).multi_answer:
                 problems.append(f"ablations.m: '{method}' writes one answer per rollout; m varies multi-answer methods")
     return problems
@@ -94,11 +107,15 @@ def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
     for name, variant in variants.items():
         takes = setting_keys(variant["method"])
         for key in sorted(set(variant.get("settings") or {}) - takes):
-            problems.append(f"variants.{name}.settings.{key}: {variant['method']} does not take '{key}'; it takes "
-                            f"{', '.join(sorted(takes)) or 'nothing'}")
+            problems.append(
+                f"variants.{name}.settings.{key}: {variant['method']} does not take '{key}'; it takes "
+                f"{', '.join(sorted(takes)) or 'nothing'}"
+            )
         if "m" in variant and not get_method(variant["method"]).multi_answer:
-            problems.append(f"variants.{name}.m: {variant['method']} writes one answer per rollout; m is for "
-                            "multi-answer methods (multi_rlvr, vpo)")
+            problems.append(
+                f"variants.{name}.m: {variant['method']} writes one answer per rollout; m is for "
+                "multi-answer methods (multi_rlvr, vpo)"
+            )
     return problems
 
 
@@ -111,13 +128,19 @@ def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
     problems = []
     variants = cfg.get("variants") or {}
     for name in (m for m in dict.fromkeys([*cfg["methods"], *ablation_methods(cfg)]) if m in METHODS):
-        base, changed = (variants[name]["method"], variants[name].get("settings") or {}) if name in variants else (name, {})
+        base, changed = (
+            (variants[name]["method"], variants[name].get("settings") or {}) if name in variants else (name, {})
+        )
         takes, given = setting_keys(name), set(cfg["method_settings"].get(base) or {}) | set(changed)
         if "alpha" in takes - given:  # read without a default wherever it is used
-            problems.append(f"method_settings.{name}.alpha: {name} draws Dirichlet weights; set their alpha (paper: 1.0)")
+            problems.append(
+                f"method_settings.{name}.alpha: {name} draws Dirichlet weights; set their alpha (paper: 1.0)"
+            )
         for key in sorted(given - takes):
-            problems.append(f"method_settings.{name}.{key}: {name} does not take '{key}'; it takes "
-                            f"{', '.join(sorted(takes)) or 'nothing'}")
+            problems.append(
+                f"method_settings.{name}.{key}: {name} does not take '{key}'; it takes "
+                f"{', '.join(sorted(takes)) or 'nothing'}"
+            )
     return problems + _max_at_k_problems(cfg) + _budget_problems(cfg)
 
 
@@ -134,9 +157,12 @@ def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
         chosen = presets if batch == "auto" else {batch: presets.get(batch, {})}
         groups = {f"verl.batch_presets.{b}.rollout_n": p.get("rollout_n") for b, p in chosen.items()}
     k = (cfg["method_settings"].get("max_at_k") or {}).get("k")
-    return [f"method_settings.max_at_k.k: a subset of {max_at_k_subset(n, k)} does not fit a group of {where} = {n} "
-            "rollouts (needs 1 <= k <= n - 1)"
-            for where, n in groups.items() if n is not None and not 1 <= max_at_k_subset(n, k) <= n - 1]
+    return [
+        f"method_settings.max_at_k.k: a subset of {max_at_k_subset(n, k)} does not fit a group of {where} = {n} "
+        "rollouts (needs 1 <= k <= n - 1)"
+        for where, n in groups.items()
+        if n is not None and not 1 <= max_at_k_subset(n, k) <= n - 1
+    ]
 
 
 def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
@@ -157,8 +183,10 @@ def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
                 by_m.setdefault(int((variants.get(name) or {}).get("m") or settings.get("m") or 1), []).append(name)
         for m, grouped in sorted(by_m.items()):
             if budget and budget % m:
-                problems.append(f"task_settings.{task}.eval.budget: {budget} candidates are not whole groups of "
-                                f"m = {m} ({', '.join(grouped)} fill the pool m at a time); use a multiple of {m}")
+                problems.append(
+                    f"task_settings.{task}.eval.budget: {budget} candidates are not whole groups of "
+                    f"m = {m} ({', '.join(grouped)} fill the pool m at a time); use a multiple of {m}"
+                )
     return problems
 
 
@@ -167,9 +195,12 @@ def _task_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     from vpo.task import ENTRY_POINT_GROUP, TASKS
     from vpo.templates import template_problems
 
-    problems = [f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
-                f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"
-                for task in cfg["tasks"] if task not in TASKS]
+    problems = [
+        f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
+        f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"
+        for task in cfg["tasks"]
+        if task not in TASKS
+    ]
     for task in (t for t in cfg["tasks"] if t in TASKS and t in cfg["task_settings"]):
         settings = cfg["task_settings"][task]
         problems += TASKS[task].data_problems(settings["data"]) + template_problems(TASKS[task], settings, project)

@@ -14,8 +14,14 @@ def rebuild_hint(path: str | os.PathLike) -> str:
     """The command that rebuilds a workflow output, with the preset whose tree holds it
     (results/<preset>/..., figures/<preset>/...): without it Snakemake plans the default preset only."""
     parts = Path(path).parts
-    preset = next((parts[i + 1] for i in range(len(parts) - 2) if parts[i] in ("results", "figures")
-                   and parts[i + 1] != "config"), None)
+    preset = next(
+        (
+            parts[i + 1]
+            for i in range(len(parts) - 2)
+            if parts[i] in ("results", "figures") and parts[i + 1] != "config"
+        ),
+        None,
+    )
     option = f" --config preset={preset}" if preset else ""
     return f"rebuild it with `snakemake --cores all{option} -f {path}`"
 
@@ -65,8 +71,10 @@ def read_rows(data_dir: str | os.PathLike, split: str) -> list[dict]:
     try:
         frame = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"{path} is not a readable parquet file ({type(err).__name__}); rebuild it with "
-                         f"`vpo preprocess --task <task> --out {data_dir}`") from err
+        raise ValueError(
+            f"{path} is not a readable parquet file ({type(err).__name__}); rebuild it with "
+            f"`vpo preprocess --task <task> --out {data_dir}`"
+        ) from err
     if frame.empty:
         raise ValueError(f"{path} has no rows; rebuild it with `vpo preprocess --task <task> --out {data_dir}`")
     for column in ("data_source", "prompt", "reward_model"):

@@ -41,13 +41,35 @@ def eval_diagnostics(run_dir: Path) -> dict[str, Any]:
     out["parse_rate_by_slot"] = [round(float(v), 3) for v in frame.groupby("slot")["parsed"].mean()]
     parsed = frame[frame["parsed"]]
     keys = ["eval_seed", "problem"]
-    out["distinct_answers_per_pool"] = round(float(parsed.groupby(keys)["answer"].nunique().mean()), 2) if len(parsed) else 0.0
+    out["distinct_answers_per_pool"] = (
+        round(float(parsed.groupby(keys)["answer"].nunique().mean()), 2) if len(parsed) else 0.0
+    )
     first_words = parsed.assign(first=parsed["answer"].str.split().str[0])
-    out["first_word_entropy_bits"] = round(float(first_words.groupby(keys)["first"].apply(
-        lambda s: _entropy_bits(list(s))).mean()), 3) if len(parsed) else 0.0
-    objectives = [c for c in frame.columns if c not in {"problem", "prompt", "weights", "chain", "slot", "text",
-                                                        "response", "answer", "scalar", "parsed", "correct",
-                                                        "eval_seed", "k"}]
+    out["first_word_entropy_bits"] = (
+        round(float(first_words.groupby(keys)["first"].apply(lambda s: _entropy_bits(list(s))).mean()), 3)
+        if len(parsed)
+        else 0.0
+    )
+    objectives = [
+        c
+        for c in frame.columns
+        if c
+        not in {
+            "problem",
+            "prompt",
+            "weights",
+            "chain",
+            "slot",
+            "text",
+            "response",
+            "answer",
+            "scalar",
+            "parsed",
+            "correct",
+            "eval_seed",
+            "k",
+        }
+    ]
     out["objective_means"] = {c: round(float(frame[c].mean()), 3) for c in objectives}
     responses = frame.drop_duplicates(["eval_seed", "problem", "chain"])["response"].tolist()
     limit = int(meta["sampling"]["max_new_tokens"])
@@ -84,17 +106,24 @@ def training_diagnostics(run_dir: Path) -> dict[str, Any]:
     if not records:
         return {}
     fifth = max(1, len(records) // 5)
-    keys = ["score_mean", "pool_diversity", "entropy", "parse_failure_rate", "response_length_mean",
-            "truncated_share"] + sorted(
-        k for k in records[0] if k.startswith("reward/"))
+    keys = [
+        "score_mean",
+        "pool_diversity",
+        "entropy",
+        "parse_failure_rate",
+        "response_length_mean",
+        "truncated_share",
+    ] + sorted(k for k in records[0] if k.startswith("reward/"))
 
     def mean(rows: list[dict], key: str) -> float | None:
         values = [float(r[key]) for r in rows if r.get(key) is not None]
         return round(sum(values) / len(values), 3) if values else None
 
-    return {"steps": len(records),
-            "start": {k: mean(records[:fifth], k) for k in keys},
-            "end": {k: mean(records[-fifth:], k) for k in keys}}
+    return {
+        "steps": len(records),
+        "start": {k: mean(records[:fifth], k) for k in keys},
+        "end": {k: mean(records[-fifth:], k) for k in keys},
+    }
 
 
 def diagnose(run_dir: str | Path) -> dict[str, Any]:

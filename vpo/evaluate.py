@@ -41,8 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--train-seed", type=int, default=None, help="default: parsed from `seed<N>` in --model")
-    parser.add_argument("--backend", choices=("torch", "vllm"), default=None,
-                        help="generation backend (default: vllm for veRL on GPUs, else torch)")
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "vllm"),
+        default=None,
+        help="generation backend (default: vllm for veRL on GPUs, else torch)",
+    )
     parser.add_argument("--n-problems", type=int, default=None, help="evaluate only the first N test problems")
     parser.add_argument("--batch-size", type=int, default=256, help="torch backend: sequences per batch")
 
@@ -70,8 +74,9 @@ class PromptPlan:
     n: int  # samples per prompt
 
 
-def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_seed: int,
-                goal_weights: str, alpha: float) -> PromptPlan:
+def prompt_plan(
+    task, rows: list[dict], method, *, m: int, budget: int, eval_seed: int, goal_weights: str, alpha: float
+) -> PromptPlan:
     """Which prompts fill each problem's `budget` candidates (docs/evaluation.md).
 
     Multi-answer methods: the m-answer prompt, budget / m chains. Single-answer methods: the prompt as
@@ -92,20 +97,25 @@ def prompt_plan(task, rows: list[dict], method, *, m: int, budget: int, eval_see
         prompts = [row_prompt(r, mode="single", m=1, task=task) for r in rows]  # pragma: no mutate
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget)
     if goal_weights == "per_problem":
-        shown = [weights_for_row(eval_seed, int(r.get("extra_info", {}).get("index", p)), task.k, alpha)
-                 for p, r in enumerate(rows)]
+        shown = [
+            weights_for_row(eval_seed, int(r.get("extra_info", {}).get("index", p)), task.k, alpha)
+            for p, r in enumerate(rows)
+        ]
         problems, n = list(range(len(rows))), budget
     else:
         per_problem = budget // m
         drawn = np.random.default_rng(eval_seed).dirichlet(np.full(task.k, float(alpha)), size=len(rows) * per_problem)
         shown, problems, n = list(drawn), [p for p in range(len(rows)) for _ in range(per_problem)], m
-    prompts = [row_prompt(rows[p], mode="goal", m=1, task=task, weights=w)  # pragma: no mutate (m: as above)
-               for p, w in zip(problems, shown)]
+    prompts = [
+        row_prompt(rows[p], mode="goal", m=1, task=task, weights=w)  # pragma: no mutate (m: as above)
+        for p, w in zip(problems, shown)
+    ]
     return PromptPlan(prompts, problems, [[float(x) for x in w] for w in shown], n)
 
 
-def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[str]], m: int, *,
-                    single_answer_prefill: str):
+def candidate_frame(
+    task, rows: list[dict], plan: PromptPlan, texts: list[list[str]], m: int, *, single_answer_prefill: str
+):
     """One row per candidate (docs/evaluation.md): every chain of every problem adds its m answer slots
     as the authors' evaluation reads them (in order, a repeat kept as a copy, a missing answer scored as
     the empty answer), or, answering once, its whole response (after `single_answer_prefill`, when it is
@@ -124,12 +134,22 @@ def candidate_frame(task, rows: list[dict], plan: PromptPlan, texts: list[list[s
             found += [(c, slot, candidate, text) for slot, candidate in enumerate(task.eval_candidates(scored, m))]
         vectors = task.score_candidates([f[2] for f in found], row["reward_model"]["ground_truth"])
         for (c, slot, candidate, text), vector in zip(found, vectors):
-            records.append({
-                "problem": int(row.get("extra_info", {}).get("index", p)), "prompt": prompt[-1]["content"],
-                "weights": shown, "chain": c, "slot": slot, "text": candidate, "response": text,
-                "answer": task.candidate_answer(candidate), **dict(zip(names, task.pad(vector))),
-                "k": len(vector), "scalar": task.scalar(vector), "correct": bool(task.is_correct(vector)),
-            })
+            records.append(
+                {
+                    "problem": int(row.get("extra_info", {}).get("index", p)),
+                    "prompt": prompt[-1]["content"],
+                    "weights": shown,
+                    "chain": c,
+                    "slot": slot,
+                    "text": candidate,
+                    "response": text,
+                    "answer": task.candidate_answer(candidate),
+                    **dict(zip(names, task.pad(vector))),
+                    "k": len(vector),
+                    "scalar": task.scalar(vector),
+                    "correct": bool(task.is_correct(vector)),
+                }
+            )
     frame = pd.DataFrame.from_records(records)
     return frame.assign(parsed=frame["answer"].str.len() > 0)
 
@@ -178,9 +198,22 @@ def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
     }
 
 
-def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, eval_seed: int, out: str, *,
-             eval_settings: dict, m: int, train_seed: int | None, backend: str = "torch",
-             n_problems: int | None = None, batch_size: int = 256, alpha: float = 1.0) -> dict:
+def evaluate(
+    model_path: str,
+    task_name: str,
+    method_name: str,
+    data_dir: str,
+    eval_seed: int,
+    out: str,
+    *,
+    eval_settings: dict,
+    m: int,
+    train_seed: int | None,
+    backend: str = "torch",
+    n_problems: int | None = None,
+    batch_size: int = 256,
+    alpha: float = 1.0,
+) -> dict:
     """Sample, score and write `<out>` (parquet) and its `.json`; returns the JSON payload."""
     from vpo.generate import SamplingSettings, make_backend
     from vpo.atomic import atomic_file, write_json_atomic
@@ -201,23 +234,40 @@ def evaluate(model_path: str, task_name: str, method_name: str, data_dir: str, e
     rows = read_rows(data_dir, "test")[:n_problems]
     plan = prompt_plan(task, rows, method, m=m, budget=budget, eval_seed=eval_seed, goal_weights=goal_mode, alpha=alpha)
     limit = int(eval_settings["max_new_tokens"]["multi" if method.multi_answer else "single"])
-    sampling = SamplingSettings(temperature=float(eval_settings["temperature"]), top_p=float(eval_settings["top_p"]),
-                                max_new_tokens=limit, seed=eval_seed)
+    sampling = SamplingSettings(
+        temperature=float(eval_settings["temperature"]),
+        top_p=float(eval_settings["top_p"]),
+        max_new_tokens=limit,
+        seed=eval_seed,
+    )
     kwargs = {"batch_size": batch_size} if backend == "torch" else {"seed": eval_seed}
     generator = make_backend(backend, model_path, **kwargs)
     texts = generator.generate(plan.prompts, plan.n, sampling)
-    frame = candidate_frame(task, rows, plan, texts, slots,
-                            single_answer_prefill=str(eval_settings.get("single_answer_prefill", "")))
+    frame = candidate_frame(
+        task, rows, plan, texts, slots, single_answer_prefill=str(eval_settings.get("single_answer_prefill", ""))
+    )
     metrics = pool_metrics(frame, task, budget=budget, eval_seed=eval_seed)
-    payload = {"task": task_name, "method": method_name, "train_seed": train_seed, "eval_seed": eval_seed,
-               "m": slots, "chains": budget // slots, "model": str(model_path), "backend": backend,
-               "engine": generator.engine,  # what sampled: vpo.llama_sampler, transformers.generate or vllm
-               "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
-                            "max_new_tokens": sampling.max_new_tokens},
-               "goal_weights": goal_mode if method.prompt == "goal" else None,
-               **metrics, "wall_time_s": round(time.time() - t0, 2),
-               "provenance": {**collect(), "engine": generator.engine},
-               "training_provenance": training_provenance(model_path)}
+    payload = {
+        "task": task_name,
+        "method": method_name,
+        "train_seed": train_seed,
+        "eval_seed": eval_seed,
+        "m": slots,
+        "chains": budget // slots,
+        "model": str(model_path),
+        "backend": backend,
+        "engine": generator.engine,  # what sampled: vpo.llama_sampler, transformers.generate or vllm
+        "sampling": {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_new_tokens": sampling.max_new_tokens,
+        },
+        "goal_weights": goal_mode if method.prompt == "goal" else None,
+        **metrics,
+        "wall_time_s": round(time.time() - t0, 2),
+        "provenance": {**collect(), "engine": generator.engine},
+        "training_provenance": training_provenance(model_path),
+    }
     out_path = Path(out)
     with atomic_file(out_path) as tmp:
         frame.to_parquet(tmp, index=False)
@@ -260,12 +310,32 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)  # <cell>/eval/evalseed<e>.parquet in the workflow: that cell's lock, shared
     cell, output = (out.parent.parent, f"eval/{out.stem}") if out.parent.name == "eval" else (out.parent, out.stem)
     with writing_cell(cell, what=f"vpo eval {args.out}", output=output):
-        payload = evaluate(args.model, args.task, args.method, args.data, args.seed, args.out,
-                           eval_settings=settings["eval"], m=answers_per_rollout(cfg, args.task, args.method),
-                           train_seed=train_seed, backend=backend, n_problems=args.n_problems,
-                           batch_size=args.batch_size, alpha=method_settings(cfg, args.method).get("alpha"))
+        payload = evaluate(
+            args.model,
+            args.task,
+            args.method,
+            args.data,
+            args.seed,
+            args.out,
+            eval_settings=settings["eval"],
+            m=answers_per_rollout(cfg, args.task, args.method),
+            train_seed=train_seed,
+            backend=backend,
+            n_problems=args.n_problems,
+            batch_size=args.batch_size,
+            alpha=method_settings(cfg, args.method).get("alpha"),
+        )
     budget = payload["budget"]
-    print(json.dumps({"method": args.method, "best@1": payload["best_at_k"][0],
-                      f"best@{budget}": payload["best_at_k"][-1], "diversity": payload["diversity"],
-                      "parse_failure_rate": payload["parse_failure_rate"], "wall_time_s": payload["wall_time_s"]}))
+    print(
+        json.dumps(
+            {
+                "method": args.method,
+                "best@1": payload["best_at_k"][0],
+                f"best@{budget}": payload["best_at_k"][-1],
+                "diversity": payload["diversity"],
+                "parse_failure_rate": payload["parse_failure_rate"],
+                "wall_time_s": payload["wall_time_s"],
+            }
+        )
+    )
     return 0

@@ -32,8 +32,12 @@ def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: in
         return {"combined_score": 0.0, "solved": 0.0, "answers": 0.0, "scorer_errors": 1.0}
     scalars = [float(task.scalar(v)) for v in vectors]
     best = max(range(len(scalars)), key=scalars.__getitem__)
-    return {"combined_score": scalars[best], "solved": float(any(task.is_correct(v) for v in vectors)),
-            "answers": float(len(answers)), "scorer_errors": 0.0}
+    return {
+        "combined_score": scalars[best],
+        "solved": float(any(task.is_correct(v) for v in vectors)),
+        "answers": float(len(answers)),
+        "scorer_errors": 0.0,
+    }
 
 
 def program_response(task_name: str, text: str, m: int) -> str:

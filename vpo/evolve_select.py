@@ -29,21 +29,30 @@ def select_hardest(pools, n: int, best_at: int, methods: list[str] | None = None
     methods = sorted(pools["method"].unique().tolist()) if methods is None else sorted(methods)
     missing = sorted(set(methods) - set(pools["method"]))
     if missing:
-        raise ValueError(f"evolve.select_methods names {missing}, which have no evaluation pools here "
-                         f"(evaluated: {sorted(pools['method'].unique())}); add them to `methods` or change "
-                         "evolve.select_methods")
+        raise ValueError(
+            f"evolve.select_methods names {missing}, which have no evaluation pools here "
+            f"(evaluated: {sorted(pools['method'].unique())}); add them to `methods` or change "
+            "evolve.select_methods"
+        )
     scores = hardness(pools[pools["method"].isin(methods)], best_at)
     ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]))
     unsolved = sum(1 for _, v in ranked if v == 0)
     chosen = ranked[:n]
     who = f"{', '.join(methods)} (every seed)"
-    note = (f"{len(chosen)} of {unsolved} problems that score 0 at best@{best_at} for {who}"
-            if unsolved >= n else
-            f"only {unsolved} problems score 0 at best@{best_at} for {who}; the other "
-            f"{len(chosen) - unsolved} are the lowest-scoring")
-    return {"best_at": best_at, "n_requested": n, "n_unsolved": unsolved, "note": note,
-            "methods": methods,
-            "problems": [{"problem": int(p), "best_at": float(v)} for p, v in chosen]}
+    note = (
+        f"{len(chosen)} of {unsolved} problems that score 0 at best@{best_at} for {who}"
+        if unsolved >= n
+        else f"only {unsolved} problems score 0 at best@{best_at} for {who}; the other "
+        f"{len(chosen) - unsolved} are the lowest-scoring"
+    )
+    return {
+        "best_at": best_at,
+        "n_requested": n,
+        "n_unsolved": unsolved,
+        "note": note,
+        "methods": methods,
+        "problems": [{"problem": int(p), "best_at": float(v)} for p, v in chosen],
+    }
 
 
 def read_pools(paths: list[str]):

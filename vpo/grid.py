@@ -22,6 +22,7 @@ def grid_cells(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every (task, method) that trains: methods x tasks, then each ablation task's ablation methods
     that the grid does not hold already."""
     cells = [(task, method) for task in cfg["tasks"] for method in cfg["methods"]]
-    extra = [(task, method) for task in (cfg.get("ablations") or {}).get("tasks") or []
-             for method in ablation_methods(cfg)]
+    extra = [
+        (task, method) for task in (cfg.get("ablations") or {}).get("tasks") or [] for method in ablation_methods(cfg)
+    ]
     return list(dict.fromkeys(cells + extra))

@@ -31,7 +31,7 @@ def _writers(path: Path) -> list[tuple[int, str, Path]]:
     """(pid, host, file) of every `<path>.<pid>@<host>` name."""
     found = []
     for name in path.parent.glob(f"{path.name}.*@*"):
-        pid, _, host = name.name[len(path.name) + 1:].partition("@")
+        pid, _, host = name.name[len(path.name) + 1 :].partition("@")
         if pid.isdigit() and host:
             found.append((int(pid), host, name))
     return sorted(found)

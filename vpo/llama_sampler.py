@@ -86,8 +86,16 @@ class GroupedDecoder:
         """Logits (B, V) of each rollout's first token, from the prompts input_ids, attention (G, P) long."""
         import torch
 
-        from vpo.tiny_llama import (additive, attention_inputs, attention_output, head_logits, left_padded_mask,
-                                    left_padded_positions, mlp_residual, rotary_tables)
+        from vpo.tiny_llama import (
+            additive,
+            attention_inputs,
+            attention_output,
+            head_logits,
+            left_padded_mask,
+            left_padded_positions,
+            mlp_residual,
+            rotary_tables,
+        )
 
         d, n = self.dims, self.n
         groups, width = input_ids.shape
@@ -128,28 +136,32 @@ class GroupedDecoder:
         batch, kv, share, size = token.shape[0], d.kv_heads, self.share, d.head_dim
         q_width, k_width = self.widths
         rotated_from = q_width + 2 * k_width
-        cos, sin = self.cos[:, t:t + 1], self.sin[:, t:t + 1]  # (B, 1, d)
+        cos, sin = self.cos[:, t : t + 1], self.sin[:, t : t + 1]  # (B, 1, d)
         hidden = self.model.model.embed_tokens(token)
         for i, layer in enumerate(self.layers):
             qkv = rms_norm(hidden, layer.input_layernorm.weight, d.eps) @ self.qkv[i]
-            qk = (qkv[:, :q_width + k_width].view(batch, d.heads + kv, size) * cos
-                  + qkv[:, rotated_from:].view(batch, d.heads + kv, size) * sin)
-            self.keys[i, :, :, :, t] = qk[:, d.heads:]
-            self.values[i, :, :, t] = qkv[:, q_width + k_width:rotated_from].view(batch, kv, size)
-            q = qk[:, :d.heads] * d.scale  # (B, heads, d) = (G, n, kv, share, d)
+            qk = (
+                qkv[:, : q_width + k_width].view(batch, d.heads + kv, size) * cos
+                + qkv[:, rotated_from:].view(batch, d.heads + kv, size) * sin
+            )
+            self.keys[i, :, :, :, t] = qk[:, d.heads :]
+            self.values[i, :, :, t] = qkv[:, q_width + k_width : rotated_from].view(batch, kv, size)
+            q = qk[:, : d.heads] * d.scale  # (B, heads, d) = (G, n, kv, share, d)
             # the group's prompt: queries (G x kv, n x share, d) against its keys (G x kv, d, P)
             grouped = q.view(groups, n, kv, share, size).transpose(1, 2).reshape(groups * kv, n * share, size)
             over_prompt = torch.baddbmm(self.prompt_bias, grouped, self.prompt_keys[i])
             width = over_prompt.shape[-1]
             over_prompt = over_prompt.view(groups, kv, n, share, width).transpose(1, 2).reshape(batch, kv, share, width)
-            over_own = q.view(batch, kv, share, size) @ self.keys[i, :, :, :, :t + 1]
+            over_own = q.view(batch, kv, share, size) @ self.keys[i, :, :, :, : t + 1]
             weights = torch.cat([over_prompt, over_own], dim=-1).softmax(dim=-1)
             from_prompt = weights[..., :width].reshape(groups, n, kv, share, width).transpose(1, 2)
             from_prompt = from_prompt.reshape(groups * kv, n * share, width).bmm(self.prompt_values[i])
             from_prompt = from_prompt.view(groups, kv, n, share, size).transpose(1, 2).reshape(batch, d.heads * size)
-            from_own = (weights[..., width:] @ self.values[i, :, :, :t + 1]).view(batch, d.heads * size)
+            from_own = (weights[..., width:] @ self.values[i, :, :, : t + 1]).view(batch, d.heads * size)
             hidden = hidden + (from_prompt + from_own) @ self.out[i]
-            gate, up = (rms_norm(hidden, layer.post_attention_layernorm.weight, d.eps) @ self.gate_up[i]).chunk(2, dim=-1)
+            gate, up = (rms_norm(hidden, layer.post_attention_layernorm.weight, d.eps) @ self.gate_up[i]).chunk(
+                2, dim=-1
+            )
             hidden = hidden + (F.silu(gate) * up) @ self.down[i]
         return rms_norm(hidden, self.model.model.norm.weight, d.eps) @ self.head
 
@@ -172,8 +184,19 @@ def _warp(logits, temperature: float, top_k: int, top_p: float):
     return logits
 
 
-def sample_groups(model, input_ids, attention, n: int, *, max_new_tokens: int, eos: int, pad: int,
-                  temperature: float, top_k: int, top_p: float):
+def sample_groups(
+    model,
+    input_ids,
+    attention,
+    n: int,
+    *,
+    max_new_tokens: int,
+    eos: int,
+    pad: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+):
     """Sampled continuations (G x n, <= max_new_tokens) of n rollouts of each left-padded prompt
     (input_ids, attention: (G, P) long), prompt-major, as `generate` returns them past the prompt for
     the prompts repeated n times each: rows that finished are padded with `pad`; stops when every row
@@ -198,6 +221,6 @@ def sample_groups(model, input_ids, attention, n: int, *, max_new_tokens: int, e
             out[:, step] = token
             unfinished &= token != eos
             if not unfinished.any() or step == max_new_tokens - 1:
-                return out[:, :step + 1]
+                return out[:, : step + 1]
             logits = decoder.step(token, step)
     return out

@@ -6,7 +6,7 @@ servers give that client the same interface:
 - `LoopbackServer` (CPU, the tiny models): a stdlib HTTP server in a thread of the job's own process,
   answering `POST /v1/chat/completions` and `GET /v1/models` with the project's torch backend.
   It lives in the job's process, so it is gone when the job ends or is killed.
-- `vllm_server` (GPU): vLLM's own OpenAI-compatible server for the merged model, started as a child
+- `vpo.vllm_server.vllm_server` (GPU): vLLM's own OpenAI-compatible server for the merged model, started as a child
   process bound to 127.0.0.1 that the kernel stops when the job's process dies (PR_SET_PDEATHSIG).
 
 Both bind a free port on 127.0.0.1 only and answer only requests that carry the job's random bearer
@@ -22,23 +22,17 @@ of threads.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
 import math
 import secrets
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Iterator
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
@@ -88,8 +82,11 @@ def sampling_from_request(body: dict, *, max_tokens_cap: int):
     max_tokens = _integer(body, key, max_tokens_cap, 1, 2**31)
     try:
         return SamplingSettings(
-            temperature=_number(body, "temperature", 1.0), top_p=_number(body, "top_p", 1.0),
-            max_new_tokens=min(max_tokens, max_tokens_cap), seed=_integer(body, "seed", 0, 0, MAX_SEED))
+            temperature=_number(body, "temperature", 1.0),
+            top_p=_number(body, "top_p", 1.0),
+            max_new_tokens=min(max_tokens, max_tokens_cap),
+            seed=_integer(body, "seed", 0, 0, MAX_SEED),
+        )
     except ValueError as err:  # SamplingSettings' own range checks
         raise RequestError(str(err)) from None
 
@@ -214,8 +211,10 @@ class ChatHandler(BaseHTTPRequestHandler):
         if not self._authorised():
             return
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._send(200, {"object": "list", "data": [{"id": self.server.app.model_name, "object": "model",
-                                                          "owned_by": "vpo"}]})
+            self._send(
+                200,
+                {"object": "list", "data": [{"id": self.server.app.model_name, "object": "model", "owned_by": "vpo"}]},
+            )
         else:
             self._error(404, f"no route {self.path}", "not_found")
 
@@ -228,8 +227,12 @@ class ChatHandler(BaseHTTPRequestHandler):
         if not length.isdigit():
             raise RequestError(f"Content-Length must be a non-negative integer, got {length!r}")
         if int(length) > self.server.app.max_body_bytes:
-            self._error(413, f"the body has {length} bytes; at most {self.server.app.max_body_bytes} are accepted",
-                        "invalid_request_error", close=True)
+            self._error(
+                413,
+                f"the body has {length} bytes; at most {self.server.app.max_body_bytes} are accepted",
+                "invalid_request_error",
+                close=True,
+            )
             return None
         try:
             data = self.rfile.read(int(length))
@@ -269,8 +272,17 @@ class LoopbackServer:
     `backend` is a `vpo.generate.TorchBackend`; completions are generated one at a time (the
     sampling seed is global torch state) while `workers` threads read and answer requests."""
 
-    def __init__(self, backend, model_name: str, *, max_tokens_cap: int, max_body_bytes: int = MAX_BODY_BYTES,
-                 workers: int = 8, idle_timeout_s: float = 30.0, request_timeout_s: float = 5.0):
+    def __init__(
+        self,
+        backend,
+        model_name: str,
+        *,
+        max_tokens_cap: int,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        workers: int = 8,
+        idle_timeout_s: float = 30.0,
+        request_timeout_s: float = 5.0,
+    ):
         self.backend, self.model_name, self.max_tokens_cap = backend, model_name, max_tokens_cap
         self.max_body_bytes, self.workers, self.idle_timeout_s = max_body_bytes, workers, idle_timeout_s
         self.request_timeout_s = request_timeout_s  # a loopback request of a few kB takes milliseconds
@@ -297,12 +309,22 @@ class LoopbackServer:
         prompt_tokens = len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
         completion_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": self.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "length" if completion_tokens >= sampling.max_new_tokens else "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length" if completion_tokens >= sampling.max_new_tokens else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
     def __enter__(self) -> "LoopbackServer":
@@ -316,56 +338,3 @@ class LoopbackServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=10)
-
-
-def _die_with_parent() -> None:
-    """In a child before exec: the kernel sends SIGTERM when the parent dies (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def wait_until_serving(url: str, *, timeout_s: float, token: str, process: subprocess.Popen | None = None) -> None:
-    """Poll `url`/models (with the bearer token) until it answers; fail early if `process` exits first."""
-    deadline = time.time() + timeout_s
-    request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {token}"})
-    while time.time() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the model server exited with status {process.returncode} before serving")
-        try:
-            with urllib.request.urlopen(request, timeout=5) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(1.0)
-    raise TimeoutError(f"the model server at {url} did not answer within {timeout_s:.0f} s")
-
-
-@contextlib.contextmanager
-def vllm_server(model_path: str, model_name: str, *, seed: int, max_model_len: int | None = None,
-                gpu_memory_utilization: float = 0.85, startup_timeout_s: float = 900) -> Iterator[tuple[str, str]]:
-    """vLLM's OpenAI-compatible server for `model_path` on 127.0.0.1; yields its base URL (…/v1) and
-    the random API key it requires (given to vLLM through the environment, not its command line,
-    which other local users can read)."""
-    import os
-
-    port, token = free_port(), secrets.token_urlsafe(32)
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
-               "--served-model-name", model_name, "--host", HOST, "--port", str(port), "--seed", str(seed),
-               "--gpu-memory-utilization", str(gpu_memory_utilization)]
-    if max_model_len:
-        command += ["--max-model-len", str(max_model_len)]
-    process = subprocess.Popen(command, preexec_fn=_die_with_parent, env={**os.environ, "VLLM_API_KEY": token})
-    url = f"http://{HOST}:{port}/v1"
-    try:
-        wait_until_serving(url, timeout_s=startup_timeout_s, token=token, process=process)
-        log.info("vLLM server for %s at %s (pid %d)", model_name, url, process.pid)
-        yield url, token
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -86,8 +86,13 @@ def train(method: str, settings: BanditSettings, seed: int) -> dict[str, np.ndar
         arms = rng.choice(len(ARMS), size=(batch, m), p=p)
         scalars = ARMS[arms].mean(-1)  # (B, m) the task scalar of every arm drawn
         advantages, _ = advantage_for_method(
-            method, scores=scalars.sum(1), sub_scores=list(ARMS[arms]), group_ids=group_ids,
-            settings={"n_weights": 100}, rng=rng)
+            method,
+            scores=scalars.sum(1),
+            sub_scores=list(ARMS[arms]),
+            group_ids=group_ids,
+            settings={"n_weights": 100},
+            rng=rng,
+        )
         counts = np.stack([np.bincount(row, minlength=len(ARMS)) for row in arms])  # (B, arms)
         gradient = (advantages[:, None] * (counts - m * p[None, :])).mean(0)
         logits = logits + settings.lr * gradient
@@ -133,9 +138,17 @@ def advantage_sweeps(seed: int = 0, repeats: int = 200) -> pd.DataFrame:
         rngs = [np.random.default_rng([seed, r]) for r in range(repeats)]
         draws = [vpo_advantage(group, ids, rng=rng, **settings)[0][0] for rng in rngs]
         raw = [vpo_raw_scores(group, ids, rng=np.random.default_rng([seed, r]), **settings)[0] for r in range(repeats)]
-        return {"sweep": sweep, "k": k, "covered": covered, "alpha": alpha, "sampler": sampler,
-                "n_weights": n_weights, "raw_mean": float(np.mean(raw)), "advantage_mean": float(np.mean(draws)),
-                "advantage_std": float(np.std(draws))}
+        return {
+            "sweep": sweep,
+            "k": k,
+            "covered": covered,
+            "alpha": alpha,
+            "sampler": sampler,
+            "n_weights": n_weights,
+            "raw_mean": float(np.mean(raw)),
+            "advantage_mean": float(np.mean(draws)),
+            "advantage_std": float(np.std(draws)),
+        }
 
     rows = [measure("coverage", k, c) for k in (2, 3, 4, 5) for c in range(1, k + 1)]
     rows += [measure("alpha", 4, 2, alpha=a) for a in (0.1, 0.3, 1.0, 3.0, 10.0)]

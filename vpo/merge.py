@@ -53,11 +53,19 @@ def latest_actor_dir(checkpoints: Path) -> Path:
     if tracker.is_file() and tracker.read_text().strip().isdigit():
         steps = [int(tracker.read_text().strip())]
     if not steps or not (checkpoints / f"global_step_{steps[0]}" / "actor").is_dir():
-        steps = sorted((int(m.group(1)) for p in checkpoints.glob("global_step_*")
-                        if (m := re.fullmatch(r"global_step_(\d+)", p.name)) and (p / "actor").is_dir()), reverse=True)
+        steps = sorted(
+            (
+                int(m.group(1))
+                for p in checkpoints.glob("global_step_*")
+                if (m := re.fullmatch(r"global_step_(\d+)", p.name)) and (p / "actor").is_dir()
+            ),
+            reverse=True,
+        )
     if not steps:
-        raise MergeError(f"no veRL checkpoint under {checkpoints} (expected global_step_N/actor); "
-                         "check trainer.save_freq and that training reached its first save")
+        raise MergeError(
+            f"no veRL checkpoint under {checkpoints} (expected global_step_N/actor); "
+            "check trainer.save_freq and that training reached its first save"
+        )
     actor = checkpoints / f"global_step_{steps[0]}" / "actor"
     for needed in ("fsdp_config.json", "huggingface"):
         if not (actor / needed).exists():
@@ -71,12 +79,23 @@ def merge_fsdp(actor_dir: Path, target: Path) -> Path:
     env.setdefault("CUDA_VISIBLE_DEVICES", "")  # the merge is CPU work; keep it off a shared GPU
     with atomic_dir(target) as tmp:
         tmp.rmdir()  # the merger creates its target directory itself
-        command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-                   "--local_dir", str(actor_dir), "--target_dir", str(tmp)]
+        command = [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor_dir),
+            "--target_dir",
+            str(tmp),
+        ]
         result = subprocess.run(command, env=env)
         if result.returncode != 0 or not (tmp / "config.json").is_file():
-            raise MergeError(f"veRL's model merger failed (status {result.returncode}) on {actor_dir}; "
-                             "see its output above")
+            raise MergeError(
+                f"veRL's model merger failed (status {result.returncode}) on {actor_dir}; see its output above"
+            )
     return target
 
 

@@ -18,7 +18,6 @@ from vpo.methods import Method, get_method
 from vpo.rollouts import as_matrix, group_codes
 
 
-
 def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
     """(B, k_max) single-answer channels from sub_scores; shorter vectors and empty rows pad with 0."""
     mats = [as_matrix(s) for s in sub_scores]

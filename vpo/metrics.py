@@ -99,7 +99,6 @@ def best_at_k_permutation_curve(
     return [float(running[min(k, len(x)) - 1]) for k in range(1, max_k + 1)]
 
 
-
 def expected_best_of_m(matrix: Any, weights: Any) -> float:
     """E_w[max over the pool of w . r]: mean over weight rows of the best row's weighted score.
 
@@ -119,7 +118,6 @@ def expected_best_of_m(matrix: Any, weights: Any) -> float:
     return float((m @ w.T).max(axis=0).mean())
 
 
-
 def diversity(vectors: Any) -> float:
     """Mean pairwise L1 distance between the reward vectors of a pool; 0 for fewer than 2.
 
@@ -136,7 +134,6 @@ def diversity(vectors: Any) -> float:
     coef = 2.0 * np.arange(n) - n + 1
     total = float((np.sort(v, axis=0) * coef[:, None]).sum())
     return total / (n * (n - 1) / 2)
-
 
 
 def nondominated_distinct(vectors: Any) -> np.ndarray:
@@ -197,4 +194,3 @@ def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) ->
         if mat.size:
             pools[code].append(mat)
     return float(np.mean([diversity(np.concatenate(p)) if p else 0.0 for p in pools]))
-

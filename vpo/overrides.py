@@ -14,19 +14,22 @@ from typing import Any, Mapping
 from vpo.config import deep_merge, numbers_in_lists
 
 
-def user_overrides(raw: Mapping[str, Any], project: Mapping[str, Any],
-                   command_line: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def user_overrides(
+    raw: Mapping[str, Any], project: Mapping[str, Any], command_line: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What the user set over the project's config.yaml, outside `preset`/`presets`: the leaves of raw
     (config.yaml + --configfile + --config, as Snakemake merged them) that differ from config.yaml or
     are new, and every leaf of command_line (Snakemake's --config mapping), even one equal to
     config.yaml's (`--config seeds=[0,1,2]` repeats config.yaml's seeds, and must still win over a
     preset's). The settings of a task config.yaml has none for are not overrides: they are that
     task's base values, under the presets as config.yaml's are."""
+
     def diff(a: Any, b: Any) -> Any:
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             out = {k: diff(v, b[k]) if k in b else v for k, v in a.items() if k not in b or v != b[k]}
             return {k: v for k, v in out.items() if v != {}}
         return a
+
     found = diff(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project)))
     # a task config.yaml lacks (a plugin's, from a second --configfile) gets its settings there as
     # config.yaml's tasks do: the base values, which a preset's `presets.<name>.task_settings` refine

@@ -11,8 +11,7 @@ def paths_outside(paths, preset: str) -> list[str]:
     """The paths (a rule's outputs and logs, wildcards unfilled) that leave results/<preset>/,
     figures/ and logs/<preset>/ once normalised: a rule writing there could overwrite the project."""
     roots = (f"results/{preset}/", "figures/", f"logs/{preset}/")
-    return [str(p) for p in paths if not (os.path.normpath(str(p)) + "/").startswith(roots)
-            or os.path.isabs(str(p))]
+    return [str(p) for p in paths if not (os.path.normpath(str(p)) + "/").startswith(roots) or os.path.isabs(str(p))]
 
 
 def stale_outputs(rules_io: Iterable[tuple[Sequence[str], Sequence[str]]]) -> list[tuple[str, list[str]]]:
@@ -34,8 +33,10 @@ def stale_outputs(rules_io: Iterable[tuple[Sequence[str], Sequence[str]]]) -> li
 def stale_note(output: str, missing: Sequence[str]) -> str:
     """The plan's line for one stale output."""
     more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-    return (f"stale: {output} lacks its input {missing[0]}{more} (gone, or new to the grid); the default "
-            "target (snakemake --cores all) makes them and remakes it")
+    return (
+        f"stale: {output} lacks its input {missing[0]}{more} (gone, or new to the grid); the default "
+        "target (snakemake --cores all) makes them and remakes it"
+    )
 
 
 # Snakemake's planning cost, measured on 2 cores: 10,000 seeds of the cpu grid planned 170,059 jobs in
@@ -56,5 +57,7 @@ def large_plan_note(jobs: int) -> str | None:
     if jobs <= LARGE_PLAN_JOBS:
         return None
     minutes, gigabytes = jobs * PLAN_SECONDS_PER_JOB / 60, jobs * PLAN_BYTES_PER_JOB / 1e9
-    return (f"plan: about {jobs:,} jobs; Snakemake takes about {max(1, round(minutes))} min and {gigabytes:.1f} GB "
-            "of memory to plan them before the first one starts (fewer seeds, or a target such as one cell, plan faster)")
+    return (
+        f"plan: about {jobs:,} jobs; Snakemake takes about {max(1, round(minutes))} min and {gigabytes:.1f} GB "
+        "of memory to plan them before the first one starts (fewer seeds, or a target such as one cell, plan faster)"
+    )

@@ -32,17 +32,29 @@ FLAG_SETTINGS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name, e.g. maze")
     parser.add_argument("--out", required=True, help="output directory for train.parquet and test.parquet")
-    parser.add_argument("--config", default=None, help="config.yaml to read task_settings.<task>.data from "
-                        "(default: only the task's defaults and the flags)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="config.yaml to read task_settings.<task>.data from (default: only the task's defaults and the flags)",
+    )
     parser.add_argument("--preset", default=None, help="preset of --config to apply (default: the file's own)")
     parser.add_argument("--train-size", type=int, default=None, help="training rows (maze default 1000)")
     parser.add_argument("--test-size", type=int, default=None, help="test rows (maze default 100)")
     parser.add_argument("--train-seed", type=int, default=None, help="base seed of the training split (maze 42)")
     parser.add_argument("--test-seed", type=int, default=None, help="base seed of the test split (maze 4242)")
-    parser.add_argument("--score-mode", default=None, choices=["convex_bonus", "linear"],
-                        help="maze reward mode written into every row (default convex_bonus)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="any other task setting (value parsed as JSON when it parses, else text)")
+    parser.add_argument(
+        "--score-mode",
+        default=None,
+        choices=["convex_bonus", "linear"],
+        help="maze reward mode written into every row (default convex_bonus)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other task setting (value parsed as JSON when it parses, else text)",
+    )
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -100,11 +112,15 @@ def row_problem(task, rows: list[dict]) -> str | None:
                 return f"row {i}: data_source {row.get('data_source')!r} does not name task {task.name!r}"
             row_prompt(row, mode="multi", m=task.default_m, task=task)
         except NotImplementedError:
-            return (f"row {i}: task {task.name!r} has no multi-answer format (`Task.multi_format`), which "
-                    "multi-answer methods need (docs/extending.md)")
+            return (
+                f"row {i}: task {task.name!r} has no multi-answer format (`Task.multi_format`), which "
+                "multi-answer methods need (docs/extending.md)"
+            )
         except ValueError as err:
-            return (f"row {i}: {err}; a task's preprocess writes its `single_format_line` into every prompt, "
-                    "word for word (docs/extending.md)")
+            return (
+                f"row {i}: {err}; a task's preprocess writes its `single_format_line` into every prompt, "
+                "word for word (docs/extending.md)"
+            )
     return None
 
 
@@ -158,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{split}.parquet {problem}")
     except ValueError as err:
         raise SystemExit(f"vpo preprocess --task {task.name}: {err}") from None
-    print(f"wrote {train_path} and {test_path} in {time.perf_counter() - start:.1f} s "
-          f"(settings: {json.dumps(settings, sort_keys=True)})")
+    print(
+        f"wrote {train_path} and {test_path} in {time.perf_counter() - start:.1f} s "
+        f"(settings: {json.dumps(settings, sort_keys=True)})"
+    )
     return 0

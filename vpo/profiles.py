@@ -32,8 +32,10 @@ def install_profile(name: str, dest_root: Path | None = None, as_name: str | Non
     if name not in INSTALLABLE or not source.is_dir():
         raise ValueError(f"unknown profile {name!r}; installable: {', '.join(INSTALLABLE)}")
     if as_name is not None and not re.fullmatch(r"(?!\.+$)[A-Za-z0-9_.-]+", as_name):
-        raise ValueError(f"--as {as_name!r}: a profile name is letters, digits, _ . - (not a path); it becomes "
-                         "a folder of the profiles directory")
+        raise ValueError(
+            f"--as {as_name!r}: a profile name is letters, digits, _ . - (not a path); it becomes "
+            "a folder of the profiles directory"
+        )
     dest = (dest_root or user_profiles_dir()) / (as_name or name)
     if dest.exists():
         raise FileExistsError(
@@ -48,8 +50,12 @@ def install_profile(name: str, dest_root: Path | None = None, as_name: str | Non
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=INSTALLABLE, help="which cluster profile to install")
     parser.add_argument("--as", dest="as_name", default=None, help="install under this name instead")
-    parser.add_argument("--dest", type=Path, default=None,
-                        help="profiles directory (default: $XDG_CONFIG_HOME/snakemake or ~/.config/snakemake)")
+    parser.add_argument(
+        "--dest",
+        type=Path,
+        default=None,
+        help="profiles directory (default: $XDG_CONFIG_HOME/snakemake or ~/.config/snakemake)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"vpo install-profile: {err}", file=sys.stderr)
         return 1
     name = args.as_name or args.name
-    print(f"installed {dest}\nedit the values marked EDIT in {dest / 'config.yaml'}, then from the repository root:\n"
-          f"  snakemake -n --profile {name}\n  snakemake figures/pass_at_k.pdf --profile {name}")
+    print(
+        f"installed {dest}\nedit the values marked EDIT in {dest / 'config.yaml'}, then from the repository root:\n"
+        f"  snakemake -n --profile {name}\n  snakemake figures/pass_at_k.pdf --profile {name}"
+    )
     return 0

@@ -28,8 +28,16 @@ class Progress:
     resumed run estimates from its own pace.
     """
 
-    def __init__(self, total: int, label: str, *, every_s: float = 10.0, start_done: int = 0,
-                 emit: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        every_s: float = 10.0,
+        start_done: int = 0,
+        emit: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.total, self.label, self.every_s = int(total), label, every_s
         self.start_done = int(start_done)
         self.emit = emit or logging.getLogger("vpo.progress").info

@@ -46,8 +46,9 @@ def goal_suffix(task: Task, weights: Sequence[float]) -> str:
     return "\n\n" + "\n".join([GOAL_HEADER, *lines, GOAL_FOOTER])
 
 
-def rewrite_prompt(messages: Sequence[dict[str, Any]], *, mode: str, m: int, task: Task | str,
-                   weights: Sequence[float] | None = None) -> list[dict[str, str]]:
+def rewrite_prompt(
+    messages: Sequence[dict[str, Any]], *, mode: str, m: int, task: Task | str, weights: Sequence[float] | None = None
+) -> list[dict[str, str]]:
     """A rewritten copy of a chat prompt (list of {role, content}); the last user turn changes.
 
     mode "multi" needs m >= 1; mode "goal" needs k weights.
@@ -69,7 +70,8 @@ def rewrite_prompt(messages: Sequence[dict[str, Any]], *, mode: str, m: int, tas
                 raise ValueError(
                     f"task {task.name!r}: the multi-answer rewrite did not find {pattern!r} in the prompt; "
                     "the row is not the task's single-answer prompt (already rewritten, or written by a "
-                    "different preprocessor): rerun `vpo preprocess`")
+                    "different preprocessor): rerun `vpo preprocess`"
+                )
     else:
         if weights is None or len(weights) != task.k:
             raise ValueError(f"goal-conditioned prompt for task {task.name!r} needs {task.k} weights, got {weights!r}")
@@ -78,8 +80,9 @@ def rewrite_prompt(messages: Sequence[dict[str, Any]], *, mode: str, m: int, tas
     return out
 
 
-def row_prompt(row: dict[str, Any], *, mode: str, m: int, task: Task | str,
-               weights: Sequence[float] | None = None) -> list[dict[str, str]]:
+def row_prompt(
+    row: dict[str, Any], *, mode: str, m: int, task: Task | str, weights: Sequence[float] | None = None
+) -> list[dict[str, str]]:
     """The row's prompt in `mode`: the template the row carries for it (`vpo.templates`, set by
     task_settings.<task>.prompts), else `rewrite_prompt`'s rewrite of the prompt as written."""
     task = _task(task)
@@ -105,8 +108,9 @@ def to_plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *,
-                alpha: float | None = 1.0) -> dict[str, Any]:
+def prepare_row(
+    row: dict[str, Any], method: Any, m: int | None, seed: int, *, alpha: float | None = 1.0
+) -> dict[str, Any]:
     """The row a method trains and evaluates on (a new dict; `row` is not changed).
 
     multi-answer methods: prompt asks for m answers, extra_info["num_solutions"] = m;
@@ -127,11 +131,14 @@ def prepare_row(row: dict[str, Any], method: Any, m: int | None, seed: int, *,
         if "index" not in extra:
             raise ValueError("prepare_row: weighted methods need extra_info['index'] to draw the row's weights")
         if alpha is None:
-            raise ValueError(f"prepare_row: {method.name} draws Dirichlet weights; give their alpha "
-                             f"(method_settings.{method.name}.alpha)")
+            raise ValueError(
+                f"prepare_row: {method.name} draws Dirichlet weights; give their alpha "
+                f"(method_settings.{method.name}.alpha)"
+            )
         weights = goal_weights(seed, int(extra["index"]), task.k, float(alpha))
         out["reward_model"]["ground_truth"]["weights"] = [float(w) for w in weights]
-    out["prompt"] = row_prompt(out, mode=method.prompt, m=m, task=task,
-                               weights=weights if method.prompt == "goal" else None)
+    out["prompt"] = row_prompt(
+        out, mode=method.prompt, m=m, task=task, weights=weights if method.prompt == "goal" else None
+    )
     extra["num_solutions"] = m
     return out

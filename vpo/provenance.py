@@ -39,8 +39,15 @@ COMPARED = ("commit", "dirty", "lock", "packages", "versions", "threads", "machi
 def collect() -> dict:
     """The provenance of what this process writes (fields as in the module docstring)."""
     commit, dirty = code_state()
-    return {"commit": commit, "dirty": dirty, "lock": lock_state(), "packages": packages_fingerprint(),
-            "versions": versions(), "threads": threads(), "machine": machine()}
+    return {
+        "commit": commit,
+        "dirty": dirty,
+        "lock": lock_state(),
+        "packages": packages_fingerprint(),
+        "versions": versions(),
+        "threads": threads(),
+        "machine": machine(),
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,10 +57,16 @@ def code_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
     if git is None or not (root / ".git").exists():
         return None, None
     try:
-        commit = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        status = subprocess.run([git, "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=30, check=True).stdout
+        commit = subprocess.run(
+            [git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            [git, "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None, None
     return commit, bool(status.strip())
@@ -118,12 +131,18 @@ def lock_state() -> dict | None:
     have, best, best_key = installed(), None, None
     for path in sorted(LOCKS.glob("*.txt")):
         pins = read_lock(path)
-        differ = sorted(name for name, version in pins.items() if have.get(name, "").split("+")[0] != version.split("+")[0])
+        differ = sorted(
+            name for name, version in pins.items() if have.get(name, "").split("+")[0] != version.split("+")[0]
+        )
         key = (len(differ), -len(pins))  # fewest differences; among those, the lock that covers the most
         if best_key is None or key < best_key:
             best_key = key
-            best = {"file": f"locks/{path.name}", "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
-                    "matches": not differ, "differs": differ[:20]}
+            best = {
+                "file": f"locks/{path.name}",
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16],
+                "matches": not differ,
+                "differs": differ[:20],
+            }
     return best
 
 
@@ -150,8 +169,13 @@ def machine() -> dict:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            rows = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=20, check=True).stdout.splitlines()
+            rows = subprocess.run(
+                [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            ).stdout.splitlines()
             gpus = [[cell.strip() for cell in row.split(",")] for row in rows if row.strip()]
             out.update(gpus=[g[0] for g in gpus], driver=gpus[0][1] if gpus and len(gpus[0]) > 1 else None)
         except (OSError, subprocess.SubprocessError):
@@ -179,9 +203,13 @@ def differences(recorded: dict, here: dict) -> list[str]:
         if field == "versions":
             for name in sorted(set(ours or {}) | set(theirs or {})):
                 if (ours or {}).get(name) != (theirs or {}).get(name):
-                    lines.append(f"{name}: {(ours or {}).get(name, 'absent')} (result) vs {(theirs or {}).get(name, 'absent')} (here)")
+                    lines.append(
+                        f"{name}: {(ours or {}).get(name, 'absent')} (result) vs {(theirs or {}).get(name, 'absent')} (here)"
+                    )
         elif field == "lock":
-            if (ours or {}).get("sha256") != (theirs or {}).get("sha256") or (ours or {}).get("matches") != (theirs or {}).get("matches"):
+            if (ours or {}).get("sha256") != (theirs or {}).get("sha256") or (ours or {}).get("matches") != (
+                theirs or {}
+            ).get("matches"):
                 lines.append(f"lock: {describe(ours)} (result) vs {describe(theirs)} (here)")
         elif field in ("threads", "engine"):
             continue  # a job's own (the rule sets threads, the model decides the engine): `summarize` compares them
@@ -218,12 +246,17 @@ def front_page_lines(path: Path) -> list[str]:
     except (OSError, ValueError):
         return []
     first = next(iter(record.get("results", {}).values()), {}).get("evaluation", {})
-    lines = [f"code: commit {describe(first.get('commit'))}{' with uncommitted changes' if first.get('dirty') else ''}",
-             f"environment: packages {first.get('packages')}; lock {describe(first.get('lock'))}",
-             f"versions: {describe(first.get('versions'))}", f"machine: {describe(first.get('machine'))}"]
+    lines = [
+        f"code: commit {describe(first.get('commit'))}{' with uncommitted changes' if first.get('dirty') else ''}",
+        f"environment: packages {first.get('packages')}; lock {describe(first.get('lock'))}",
+        f"versions: {describe(first.get('versions'))}",
+        f"machine: {describe(first.get('machine'))}",
+    ]
     for field, groups in record.get("mixed", {}).items():
-        lines.append(f"the results disagree on {field}: " + "; ".join(
-            f"{value} ({len(names)} results, e.g. {names[0]})" for value, names in groups.items()))
+        lines.append(
+            f"the results disagree on {field}: "
+            + "; ".join(f"{value} ({len(names)} results, e.g. {names[0]})" for value, names in groups.items())
+        )
     return lines
 
 
@@ -259,7 +292,9 @@ def records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
         if not isinstance(record, dict):
             bad.append(f"{path}: no provenance record (a {type(payload).__name__}, not a result's JSON)")
             continue
-        wrong = [field for field, kind in FIELD_TYPES.items() if field in record and not isinstance(record[field], kind)]
+        wrong = [
+            field for field, kind in FIELD_TYPES.items() if field in record and not isinstance(record[field], kind)
+        ]
         if wrong:
             bad.append(f"{path}: provenance fields of the wrong type: {', '.join(wrong)}")
             continue
@@ -281,8 +316,10 @@ def run(args: argparse.Namespace) -> int:
     if not found:
         print(f"no result under {folder} records its provenance (train.json, evalseed*.json, provenance.json)")
         return 1
-    print(f"here: commit {describe(here['commit'])}{' (uncommitted changes)' if here['dirty'] else ''}, "
-          f"packages {here['packages']}, lock {describe(here['lock'])}")
+    print(
+        f"here: commit {describe(here['commit'])}{' (uncommitted changes)' if here['dirty'] else ''}, "
+        f"packages {here['packages']}, lock {describe(here['lock'])}"
+    )
     differing = 0
     for path, record in found.items():
         lines = differences(record, here)

@@ -19,10 +19,16 @@ DATA = DOCS / "reproducibility.yaml"
 DOCUMENT = DOCS / "reproducibility.md"
 # each table: its YAML list, then (YAML field, the document's column heading) in order
 TABLES = {
-    "settings": [("setting", "setting"), ("scope", "scope"), ("authors", "authors"), ("source", "source"),
-                 ("ours", "ours"), ("key", "key"), ("differs", "differs")],
-    "conflicts": [("what", "what"), ("one", "one source says"), ("another", "another says"),
-                  ("follow", "we follow")],
+    "settings": [
+        ("setting", "setting"),
+        ("scope", "scope"),
+        ("authors", "authors"),
+        ("source", "source"),
+        ("ours", "ours"),
+        ("key", "key"),
+        ("differs", "differs"),
+    ],
+    "conflicts": [("what", "what"), ("one", "one source says"), ("another", "another says"), ("follow", "we follow")],
 }
 
 
@@ -50,8 +56,11 @@ def settings_rows(path: Path | None = None) -> list[dict[str, str]]:
 
 def deviations(path: Path | None = None) -> list[str]:
     """One line per setting the paper preset runs differently from the authors: what, ours, why."""
-    return [f"{row['setting']}: ours {row['ours']}, the authors' {row['authors']} ({row['differs']})"
-            for row in settings_rows(path) if row["differs"]]
+    return [
+        f"{row['setting']}: ours {row['ours']}, the authors' {row['authors']} ({row['differs']})"
+        for row in settings_rows(path)
+        if row["differs"]
+    ]
 
 
 def markdown_table(table: str, rows: list[dict[str, str]]) -> str:
@@ -65,8 +74,10 @@ def markdown_table(table: str, rows: list[dict[str, str]]) -> str:
 def with_tables(document: str, record: dict[str, list[dict[str, str]]]) -> str:
     """The document with each table between its markers written from the record."""
     for table in TABLES:
-        start, end = f"<!-- table {table}: docs/reproducibility.yaml, written by `python -m vpo.record` -->", \
-            f"<!-- end of table {table} -->"
+        start, end = (
+            f"<!-- table {table}: docs/reproducibility.yaml, written by `python -m vpo.record` -->",
+            f"<!-- end of table {table} -->",
+        )
         pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(document):
             raise ValueError(f"docs/reproducibility.md has no markers {start!r} ... {end!r}")
@@ -90,7 +101,9 @@ def as_rst(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write docs/reproducibility.md's tables from docs/reproducibility.yaml")
+    parser = argparse.ArgumentParser(
+        description="write docs/reproducibility.md's tables from docs/reproducibility.yaml"
+    )
     parser.add_argument("--check", action="store_true", help="only check: exit 1 when the document differs")
     args = parser.parse_args(argv)
     current = DOCUMENT.read_text(encoding="utf-8")

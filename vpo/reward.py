@@ -58,19 +58,28 @@ def _weights(ground_truth: Mapping[str, Any], task: Task) -> np.ndarray | None:
         return None
     w = np.asarray(value, dtype=float).ravel()
     if w.shape != (task.k,) or not np.all(np.isfinite(w)):
-        raise ValueError(f"ground_truth['weights'] must be {task.k} finite floats for task {task.name!r}, got {value!r}")
+        raise ValueError(
+            f"ground_truth['weights'] must be {task.k} finite floats for task {task.name!r}, got {value!r}"
+        )
     return w
 
 
-def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str, Any],
-                  extra_info: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+def compute_score(
+    data_source: str,
+    solution_str: Any,
+    ground_truth: Mapping[str, Any],
+    extra_info: Mapping[str, Any] | None = None,
+    **_: Any,
+) -> dict[str, Any]:
     """Score one response; see the module docstring for modes and keys."""
     task = resolve(str(data_source))
     m = _num_solutions(extra_info)
     weights = _weights(ground_truth, task)
     if m > 1 and weights is not None:
-        raise ValueError("a row cannot be both multi-answer (num_solutions > 1) and weighted "
-                         "(ground_truth['weights']); prepare the row for one method")
+        raise ValueError(
+            "a row cannot be both multi-answer (num_solutions > 1) and weighted "
+            "(ground_truth['weights']); prepare the row for one method"
+        )
     text = "" if solution_str is None else str(solution_str)
 
     matrix, num_answers = task.score_response(text, dict(ground_truth), m)
@@ -87,4 +96,3 @@ def compute_score(data_source: str, solution_str: Any, ground_truth: Mapping[str
     result["acc"] = float(any(task.is_correct(row) for row in matrix))
     result["num_answers"] = float(num_answers)
     return result
-

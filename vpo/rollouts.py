@@ -52,7 +52,9 @@ def group_codes(group_ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]
     return codes, len(index)
 
 
-def group_slots(codes: np.ndarray, n_groups: int, gsel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def group_slots(
+    codes: np.ndarray, n_groups: int, gsel: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rollouts of groups `gsel`: batch index (R,), group position in gsel (R,), slot inside
     the group (R,) in batch order, and the group sizes (len(gsel),)."""
     rsel = np.flatnonzero(np.isin(codes, gsel))

@@ -61,7 +61,9 @@ class Program:
     file_mb: int = 16  # largest file it may write
     tmpfs_mb: int = 64  # size of its working directory (namespaces only)
     nofile: int = 64  # open files
-    memory_cap: str = "auto"  # auto: a memory cgroup where the machine allows one, else the watcher; watcher: always the watcher
+    memory_cap: str = (
+        "auto"  # auto: a memory cgroup where the machine allows one, else the watcher; watcher: always the watcher
+    )
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,9 @@ def default_workers() -> int:
 
 def _run(program: Program) -> RunResult:
     if program.timeout_s <= 0 or program.memory_mb <= 0:
-        raise ValueError(f"sandbox limits must be positive, got timeout_s={program.timeout_s}, memory_mb={program.memory_mb}")
+        raise ValueError(
+            f"sandbox limits must be positive, got timeout_s={program.timeout_s}, memory_mb={program.memory_mb}"
+        )
     job = tempfile.mkdtemp(prefix="vpo-sandbox-")
     start = time.monotonic()
     proc = None
@@ -106,13 +110,30 @@ def _run(program: Program) -> RunResult:
         os.mkdir(os.path.join(job, "work"))
         Path(job, "main.py").write_text(program.code, encoding="utf-8", errors="surrogatepass")
         Path(job, "stdin").write_text(program.stdin, encoding="utf-8", errors="surrogatepass")
-        spec = {"python": PYTHON, "prefix": PREFIX, "isolation": program.isolation,
-                "cpu_s": math.ceil(program.timeout_s), "memory_mb": int(program.memory_mb),
-                "nproc": program.nproc, "file_mb": program.file_mb, "tmpfs_mb": program.tmpfs_mb,
-                "nofile": program.nofile, "memory_cap": program.memory_cap, "hide": _hidden()}
+        spec = {
+            "python": PYTHON,
+            "prefix": PREFIX,
+            "isolation": program.isolation,
+            "cpu_s": math.ceil(program.timeout_s),
+            "memory_mb": int(program.memory_mb),
+            "nproc": program.nproc,
+            "file_mb": program.file_mb,
+            "tmpfs_mb": program.tmpfs_mb,
+            "nofile": program.nofile,
+            "memory_cap": program.memory_cap,
+            "hide": _hidden(),
+        }
         Path(job, "spec.json").write_text(json.dumps(spec))
-        proc = subprocess.Popen([PYTHON, "-I", "-S", HELPER, job], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env={}, cwd=job, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [PYTHON, "-I", "-S", HELPER, job],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={},
+            cwd=job,
+            start_new_session=True,
+            close_fds=True,
+        )
         stdout, stderr, overflow, timed_out = _collect(proc, start + program.timeout_s)
         if overflow or timed_out:
             _stop(proc)
@@ -141,8 +162,9 @@ def _run(program: Program) -> RunResult:
     else:
         status = "error"
     report = report or {}
-    return RunResult(status, returncode, sig, out, err, wall, isolation, report.get("uid"),
-                     report.get("memory_cap", "watcher"))
+    return RunResult(
+        status, returncode, sig, out, err, wall, isolation, report.get("uid"), report.get("memory_cap", "watcher")
+    )
 
 
 def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool, bool]:
@@ -194,8 +216,13 @@ def _stop(proc: subprocess.Popen) -> None:
 def _hidden() -> list[str]:
     """Directories covered by an empty one should a program's root show them: the checkout, and the
     caller's working directory and home (results and data live there)."""
-    return sorted({str(Path(__file__).resolve().parents[1]), os.path.realpath(os.getcwd()),
-                   os.path.realpath(os.path.expanduser("~"))})
+    return sorted(
+        {
+            str(Path(__file__).resolve().parents[1]),
+            os.path.realpath(os.getcwd()),
+            os.path.realpath(os.path.expanduser("~")),
+        }
+    )
 
 
 def _remove_cgroup(path: str | None) -> None:
@@ -219,7 +246,9 @@ def _read_json(path: Path) -> dict | None:
 
 def _isolation(report: dict | None, asked: str) -> str:
     report = report or {}
-    parts = [name for name, on in (("namespaces", report.get("namespaces")), ("uid", report.get("uid") is not None)) if on]
+    parts = [
+        name for name, on in (("namespaces", report.get("namespaces")), ("uid", report.get("uid") is not None)) if on
+    ]
     got = "+".join(parts) or "none"
     if asked == "auto" and "namespaces" not in parts and got not in _warned:
         _warned.add(got)
@@ -227,5 +256,7 @@ def _isolation(report: dict | None, asked: str) -> str:
             f"vpo sandbox: this machine allows no PID/network/mount namespaces (isolation: {got}); programs keep "
             "their rlimits and timeout but can read and write what this user can and reach the network. "
             "Enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) for full isolation.",
-            RuntimeWarning, stacklevel=3)
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return got

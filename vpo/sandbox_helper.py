@@ -36,8 +36,9 @@ import time
 
 def _sibling(name):
     """The module `name` beside this file: run with -I, Python leaves the script's directory off sys.path."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                     f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -49,6 +50,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER =
 WATCH_S = 0.02  # the memory watcher's period
 
 # ---- memory for the program as a whole ----
+
 
 def cgroup_parents():
     """(version, directory) where a memory cgroup may be made, nearest to this process first."""
@@ -70,7 +72,7 @@ def cgroup_parents():
     found = []
     for version, root, point in sorted(mounts, reverse=True):  # v2 first
         path = own.get(version, "/")
-        parts = [p for p in (path[len(root):] if under(path, [root]) else "").split("/") if p]
+        parts = [p for p in (path[len(root) :] if under(path, [root]) else "").split("/") if p]
         for directory in (os.path.join(point, *parts[:i]) for i in range(len(parts), -1, -1)):
             if version == 1 or "memory" in read(os.path.join(directory, "cgroup.subtree_control")).split():
                 found.append((version, directory))
@@ -98,8 +100,11 @@ def make_cgroup(limit):
             os.mkdir(path)
         except OSError:
             continue
-        settings = ((("memory.max", limit), ("memory.swap.max", 0), ("memory.oom.group", 1)) if version == 2 else
-                    (("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)))  # the limit first
+        settings = (
+            (("memory.max", limit), ("memory.swap.max", 0), ("memory.oom.group", 1))
+            if version == 2
+            else (("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit))
+        )  # the limit first
         try:
             for i, (name, value) in enumerate(settings):
                 if i == 0 or os.path.exists(os.path.join(path, name)):  # swap and group kill where the kernel has them
@@ -142,11 +147,17 @@ def resident(pids):
 
 # ---- the program ----
 
+
 def set_limits(spec):
     seconds = int(spec["cpu_s"])
-    for name, value in (("RLIMIT_CPU", (seconds, seconds + 1)), ("RLIMIT_AS", spec["memory_mb"] << 20),
-                        ("RLIMIT_NPROC", spec["nproc"]), ("RLIMIT_FSIZE", spec["file_mb"] << 20),
-                        ("RLIMIT_NOFILE", spec["nofile"]), ("RLIMIT_CORE", 0)):
+    for name, value in (
+        ("RLIMIT_CPU", (seconds, seconds + 1)),
+        ("RLIMIT_AS", spec["memory_mb"] << 20),
+        ("RLIMIT_NPROC", spec["nproc"]),
+        ("RLIMIT_FSIZE", spec["file_mb"] << 20),
+        ("RLIMIT_NOFILE", spec["nofile"]),
+        ("RLIMIT_CORE", 0),
+    ):
         soft, hard = value if isinstance(value, tuple) else (value, value)
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
@@ -284,8 +295,14 @@ def main():
         fired = fired or cgroup_fired(version, cgroup)
         remove_cgroup(cgroup)
     with open(os.path.join(job, "exit.json"), "w") as fh:
-        json.dump({"returncode": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
-                   "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, "memory": fired}, fh)
+        json.dump(
+            {
+                "returncode": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
+                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "memory": fired,
+            },
+            fh,
+        )
 
 
 if __name__ == "__main__":

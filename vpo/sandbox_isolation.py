@@ -25,8 +25,16 @@ def check(result, what):
 
 
 def mount(source, target, fstype, flags, data=None):
-    check(libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                     data.encode() if data else None), f"mount {target}")
+    check(
+        libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            flags,
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
 
 
 def enter_namespaces():

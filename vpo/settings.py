@@ -19,15 +19,31 @@ from typing import Any, Mapping
 # value (a negative learning rate) stops the plan before any job runs.
 POSITIVE, NON_NEGATIVE = {"exclusiveMinimum": 0}, {"minimum": 0}
 LIMITS = {
-    "hidden_size": POSITIVE, "num_layers": POSITIVE, "num_heads": POSITIVE, "intermediate_size": POSITIVE,
-    "max_positions": POSITIVE, "warm_start_steps": NON_NEGATIVE, "warm_start_batch": POSITIVE,
-    "warm_start_lr": POSITIVE, "steps": POSITIVE, "prompts_per_step": POSITIVE,
+    "hidden_size": POSITIVE,
+    "num_layers": POSITIVE,
+    "num_heads": POSITIVE,
+    "intermediate_size": POSITIVE,
+    "max_positions": POSITIVE,
+    "warm_start_steps": NON_NEGATIVE,
+    "warm_start_batch": POSITIVE,
+    "warm_start_lr": POSITIVE,
+    "steps": POSITIVE,
+    "prompts_per_step": POSITIVE,
     "rollouts_per_prompt": {"minimum": 2},  # a group of one has no within-group baseline
-    "ppo_mini_batches": POSITIVE, "lr": POSITIVE, "weight_decay": NON_NEGATIVE, "grad_clip": POSITIVE,
-    "clip_ratio": POSITIVE, "clip_ratio_c": {"exclusiveMinimum": 1},  # dual clip: a bound above 1 + clip
-    "kl_coef": NON_NEGATIVE, "entropy_coef": NON_NEGATIVE, "temperature": POSITIVE,
-    "top_p": {"exclusiveMinimum": 0, "maximum": 1}, "checkpoint_every": POSITIVE, "keep_checkpoints": POSITIVE,
-    "generation_batch": POSITIVE, "threads": NON_NEGATIVE,
+    "ppo_mini_batches": POSITIVE,
+    "lr": POSITIVE,
+    "weight_decay": NON_NEGATIVE,
+    "grad_clip": POSITIVE,
+    "clip_ratio": POSITIVE,
+    "clip_ratio_c": {"exclusiveMinimum": 1},  # dual clip: a bound above 1 + clip
+    "kl_coef": NON_NEGATIVE,
+    "entropy_coef": NON_NEGATIVE,
+    "temperature": POSITIVE,
+    "top_p": {"exclusiveMinimum": 0, "maximum": 1},
+    "checkpoint_every": POSITIVE,
+    "keep_checkpoints": POSITIVE,
+    "generation_batch": POSITIVE,
+    "threads": NON_NEGATIVE,
 }
 
 
@@ -70,8 +86,11 @@ class LocalTrainerSettings:
         from vpo.tiny_llama import TinyModelSettings
 
         return TinyModelSettings(
-            hidden_size=self.hidden_size, num_layers=self.num_layers, num_heads=self.num_heads,
-            intermediate_size=self.intermediate_size, max_positions=self.max_positions,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            max_positions=self.max_positions,
         )
 
     def max_new_tokens_for(self, prompt_kind: str) -> int:
@@ -140,7 +159,15 @@ class VerlSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown, missing = sorted(set(values) - known), sorted(known - set(values))
         if unknown or missing:
-            raise ValueError(f"verl: unknown key(s) {unknown}, missing {missing}; config.yaml's verl block sets every key")
+            raise ValueError(
+                f"verl: unknown key(s) {unknown}, missing {missing}; config.yaml's verl block sets every key"
+            )
         presets = {name: BatchPreset(**dict(sizes)) for name, sizes in dict(values["batch_presets"]).items()}
-        return cls(**{**values, "batch_presets": presets, "logger": tuple(values["logger"]),
-                      "overrides": tuple(str(o) for o in values["overrides"] or ())})
+        return cls(
+            **{
+                **values,
+                "batch_presets": presets,
+                "logger": tuple(values["logger"]),
+                "overrides": tuple(str(o) for o in values["overrides"] or ()),
+            }
+        )

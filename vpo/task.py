@@ -200,8 +200,10 @@ def task_code(task: "Task", doing: str, text: Any = None, excerpt: int = 80, pas
     except Exception as err:
         cls = type(task)
         shown = "" if text is None else f" on the text {' '.join(str(text).split())[:excerpt]!r}"
-        raise TaskCodeError(f"task {task.name!r} ({cls.__module__}.{cls.__qualname__}) raised "
-                            f"{type(err).__name__} while {doing}{shown}: {' '.join(str(err).split())[:200]}") from err
+        raise TaskCodeError(
+            f"task {task.name!r} ({cls.__module__}.{cls.__qualname__}) raised "
+            f"{type(err).__name__} while {doing}{shown}: {' '.join(str(err).split())[:200]}"
+        ) from err
 
 
 SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
@@ -211,8 +213,9 @@ def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
     """A task's settings dataclass from a mapping; an unknown key, or a value not of its field's simple
     type (int, float, str, bool, or one of them or None; `true` is not an int), is an error naming it."""
     if values is not None and not isinstance(values, Mapping):
-        raise ValueError(f"{task}: expected a mapping of setting names to values, got {values!r} "
-                         f"({type(values).__name__})")
+        raise ValueError(
+            f"{task}: expected a mapping of setting names to values, got {values!r} ({type(values).__name__})"
+        )
     values = dict(values or {})
     fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
@@ -227,7 +230,9 @@ def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
             raise ValueError(f"{task}: setting {name} is {value!r} ({type(value).__name__}); expected {fields[name]}")
     for name in ("train_size", "test_size"):  # a count of rows: 0 wrote an empty split, -1 dropped the last row
         if isinstance(values.get(name), int) and values[name] < 1:
-            raise ValueError(f"{task}: setting {name} must be at least 1 (leave it unset for every row), got {values[name]}")
+            raise ValueError(
+                f"{task}: setting {name} must be at least 1 (leave it unset for every row), got {values[name]}"
+            )
     return cls(**values)
 
 
@@ -272,16 +277,22 @@ class TaskRegistry(UserDict):
             try:
                 task = entry.load()
             except Exception as err:
-                raise RuntimeError(f"task plugin {entry.name!r} ({entry.value}) failed to import: {err!r}; "
-                                   "fix or uninstall the distribution that declares it") from err
+                raise RuntimeError(
+                    f"task plugin {entry.name!r} ({entry.value}) failed to import: {err!r}; "
+                    "fix or uninstall the distribution that declares it"
+                ) from err
             if isinstance(task, type) and issubclass(task, Task):
                 task = task()
             if not isinstance(task, Task):
-                raise TypeError(f"entry point {entry.name!r} = {entry.value} in group {ENTRY_POINT_GROUP!r} "
-                                f"is a {type(task).__name__}, not a vpo.task.Task")
+                raise TypeError(
+                    f"entry point {entry.name!r} = {entry.value} in group {ENTRY_POINT_GROUP!r} "
+                    f"is a {type(task).__name__}, not a vpo.task.Task"
+                )
             if task.name != entry.name:
-                raise ValueError(f"entry point {entry.name!r} = {entry.value} names a task called {task.name!r}; "
-                                 "the entry point's name must be the task's name")
+                raise ValueError(
+                    f"entry point {entry.name!r} = {entry.value} names a task called {task.name!r}; "
+                    "the entry point's name must be the task's name"
+                )
             if self.data.get(task.name) is not task:
                 register(task)
 
@@ -325,5 +336,7 @@ def resolve(name: str) -> Task:
     for task in TASKS.values():
         if task.data_source == name:
             return task
-    raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS)) or '(none)'}; "
-                     f"tasks are found through the {ENTRY_POINT_GROUP!r} entry-point group of installed packages")
+    raise ValueError(
+        f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS)) or '(none)'}; "
+        f"tasks are found through the {ENTRY_POINT_GROUP!r} entry-point group of installed packages"
+    )

@@ -51,6 +51,7 @@ def placeholders(text: str) -> list[str]:
 
 def render(text: str, values: Mapping[str, Any]) -> str:
     """The template with each placeholder replaced by its value, in one pass."""
+
     def replace(match: re.Match) -> str:
         if match.group(1) is None:
             return match.group(0)[0]
@@ -67,12 +68,15 @@ def check_template(task: Task, mode: str, text: str, source: str) -> None:
     unknown = [name for name in used if name not in known]
     missing = [name for name in [*task.required_template_fields, *MODE_REQUIRED[mode]] if name not in used]
     if unknown or missing:
-        problems = ([f"lacks {', '.join('{' + n + '}' for n in missing)}"] if missing else []) + \
-                   ([f"uses unknown {', '.join('{' + n + '}' for n in unknown)}"] if unknown else [])
-        raise TemplateError(f"prompt template {source} ({task.name}, {mode}) {' and '.join(problems)}; "
-                            f"a {mode} template of {task.name} may use {', '.join('{' + n + '}' for n in known)} "
-                            f"and must use {', '.join('{' + n + '}' for n in [*task.required_template_fields, *MODE_REQUIRED[mode]])} "
-                            "(write {{ and }} for literal braces)")
+        problems = ([f"lacks {', '.join('{' + n + '}' for n in missing)}"] if missing else []) + (
+            [f"uses unknown {', '.join('{' + n + '}' for n in unknown)}"] if unknown else []
+        )
+        raise TemplateError(
+            f"prompt template {source} ({task.name}, {mode}) {' and '.join(problems)}; "
+            f"a {mode} template of {task.name} may use {', '.join('{' + n + '}' for n in known)} "
+            f"and must use {', '.join('{' + n + '}' for n in [*task.required_template_fields, *MODE_REQUIRED[mode]])} "
+            "(write {{ and }} for literal braces)"
+        )
 
 
 def read_templates(task: Task, prompts: Mapping[str, Any] | None, base: Path | None = None) -> dict[str, str]:
@@ -81,15 +85,19 @@ def read_templates(task: Task, prompts: Mapping[str, Any] | None, base: Path | N
     out = {}
     for mode, path in (prompts or {}).items():
         if mode not in PROMPT_MODES:
-            raise TemplateError(f"task_settings.{task.name}.prompts.{mode}: not a prompt mode ({', '.join(PROMPT_MODES)})")
+            raise TemplateError(
+                f"task_settings.{task.name}.prompts.{mode}: not a prompt mode ({', '.join(PROMPT_MODES)})"
+            )
         if path is None:
             continue
         where = f"task_settings.{task.name}.prompts.{mode}"
         file = Path(base or ".") / Path(str(path)).expanduser()
         try:
             if file.is_file() and file.stat().st_size > MAX_TEMPLATE_BYTES:  # it is copied into every row
-                raise TemplateError(f"{where}: {path} has {file.stat().st_size} bytes; a prompt template may "
-                                    f"have {MAX_TEMPLATE_BYTES} (it is copied into every row)")
+                raise TemplateError(
+                    f"{where}: {path} has {file.stat().st_size} bytes; a prompt template may "
+                    f"have {MAX_TEMPLATE_BYTES} (it is copied into every row)"
+                )
             text = file.read_text(encoding="utf-8")
         except OSError as err:
             raise TemplateError(f"{where}: cannot read {path} ({err.strerror})") from None
@@ -98,8 +106,10 @@ def read_templates(task: Task, prompts: Mapping[str, Any] | None, base: Path | N
         lone = PLACEHOLDER.sub(lambda match: " " * len(match.group(0)), text)
         for brace in ("{", "}"):
             if brace in lone:
-                raise TemplateError(f"{where}: {path} has a lone '{brace}' at character {lone.index(brace)}; "
-                                    f"write {brace * 2} for a literal brace")
+                raise TemplateError(
+                    f"{where}: {path} has a lone '{brace}' at character {lone.index(brace)}; "
+                    f"write {brace * 2} for a literal brace"
+                )
         check_template(task, mode, text, str(path))
         out[mode] = text
     return out
@@ -144,14 +154,17 @@ def apply_templates(task: Task, rows: list[dict[str, Any]], templates: Mapping[s
         if "single" in templates:
             fields = json.loads(extra["prompt_fields"])
             messages = [dict(msg) for msg in row["prompt"]]
-            messages[last_user_turn(messages)]["content"] = render(templates["single"], mode_values(task, "single", fields, 1, None))
+            messages[last_user_turn(messages)]["content"] = render(
+                templates["single"], mode_values(task, "single", fields, 1, None)
+            )
             row["prompt"] = messages
         extra["prompt_templates"] = carried
     return rows
 
 
-def templated_content(task: Task, extra: Mapping[str, Any], mode: str, m: int,
-                      weights: Sequence[float] | None) -> str | None:
+def templated_content(
+    task: Task, extra: Mapping[str, Any], mode: str, m: int, weights: Sequence[float] | None
+) -> str | None:
     """The last user turn a carried template gives for `mode`, or None when the row carries none."""
     template = json.loads(extra.get("prompt_templates") or "{}").get(mode)
     if template is None:

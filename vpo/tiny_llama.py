@@ -54,21 +54,27 @@ class TinyModelSettings:
     min_token_count: int = 1  # words seen fewer times in the corpus map to <unk>
 
 
-
 def computes_exactly(config: dict) -> bool:
     """True for a Llama config (config.json as a dict) whose network this module and the plain-torch
     sampler compute as transformers does: a float32 `LlamaForCausalLM` with `standard_block`."""
-    return (config.get("architectures") == ["LlamaForCausalLM"]
-            and config.get("dtype", config.get("torch_dtype")) == "float32" and standard_block(config))
+    return (
+        config.get("architectures") == ["LlamaForCausalLM"]
+        and config.get("dtype", config.get("torch_dtype")) == "float32"
+        and standard_block(config)
+    )
 
 
 def standard_block(config: dict) -> bool:
     """The block below is this config's (a config as a dict): the default rotary embedding, SiLU, no
     biases, no tensor-parallel split of the projections."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {"rope_type": "default"}
-    return (rope.get("rope_type", "default") == "default" and config.get("hidden_act") == "silu"
-            and not config.get("attention_bias") and not config.get("mlp_bias")
-            and config.get("pretraining_tp", 1) == 1)
+    return (
+        rope.get("rope_type", "default") == "default"
+        and config.get("hidden_act") == "silu"
+        and not config.get("attention_bias")
+        and not config.get("mlp_bias")
+        and config.get("pretraining_tp", 1) == 1
+    )
 
 
 def is_tiny_llama_dir(path: str | Path) -> bool:
@@ -80,8 +86,12 @@ def is_tiny_llama_dir(path: str | Path) -> bool:
         template = (path / "chat_template.jinja").read_text()
     except (OSError, json.JSONDecodeError):
         return False
-    return (computes_exactly(config) and template == CHAT_TEMPLATE and (path / "tokenizer.json").is_file()
-            and (path / "model.safetensors").is_file())
+    return (
+        computes_exactly(config)
+        and template == CHAT_TEMPLATE
+        and (path / "tokenizer.json").is_file()
+        and (path / "model.safetensors").is_file()
+    )
 
 
 class TinyTokenizer:
@@ -97,7 +107,9 @@ class TinyTokenizer:
         from tokenizers import Tokenizer
 
         # transformers' environment options, so the template renders as `apply_chat_template` renders it
-        self.template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(self.chat_template)
+        self.template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
+            self.chat_template
+        )
         path = Path(path)
         # the files as loaded, written back by save_pretrained (the directory may change after loading)
         self.files = {name: (path / name).read_bytes() for name in TOKENIZER_FILES}
@@ -122,9 +134,12 @@ class TinyTokenizer:
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, conversation, add_generation_prompt: bool = False, tokenize: bool = False, **variables):
-        text = self.template.render(messages=list(conversation), add_generation_prompt=add_generation_prompt,
-                               **self.special_tokens, **variables)
+    def apply_chat_template(
+        self, conversation, add_generation_prompt: bool = False, tokenize: bool = False, **variables
+    ):
+        text = self.template.render(
+            messages=list(conversation), add_generation_prompt=add_generation_prompt, **self.special_tokens, **variables
+        )
         return self(text)["input_ids"] if tokenize else text
 
     def save_pretrained(self, path: str | Path) -> None:
@@ -133,6 +148,7 @@ class TinyTokenizer:
 
 
 # ---- the network's math, once ---------------------------------------------------------------------
+
 
 class Dims:
     """What the block's functions read from a Llama config (TinyLlama's or transformers' `LlamaConfig`)."""
@@ -196,7 +212,9 @@ def left_padded_mask(attention):
     be NaN)."""
     length = attention.shape[1]
     causal = torch.ones((length, length), dtype=torch.bool).tril()
-    return additive((causal[None, None] & attention.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool)[None, None])
+    return additive(
+        (causal[None, None] & attention.bool()[:, None, None, :]) | torch.eye(length, dtype=torch.bool)[None, None]
+    )
 
 
 def attention_output(layer, dims: Dims, q, keys, values, mask):
@@ -241,6 +259,7 @@ def causal_forward(model, input_ids, attention=None):
 
 
 # ---- the modules: transformers' parameter names ---------------------------------------------------
+
 
 class RMSNorm(nn.Module):
     def __init__(self, size: int):

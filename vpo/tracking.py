@@ -36,8 +36,9 @@ def run_id(task: str, method: str, seed: int, out_dir) -> str:
     return hashlib.md5(f"{project(task)}/{run_name(task, method, seed)}/{where}".encode()).hexdigest()[:16]
 
 
-def start_run(wandb_settings: Mapping[str, Any] | None, *, task: str, method: str, seed: int, out_dir,
-              config: Mapping[str, Any]):
+def start_run(
+    wandb_settings: Mapping[str, Any] | None, *, task: str, method: str, seed: int, out_dir, config: Mapping[str, Any]
+):
     """A W&B run for one cell of the CPU trainer; None when `wandb.mode` is disabled, no settings are
     given (the trainer called from code rather than from config.yaml), or W&B fails to start: the
     run's metrics.jsonl holds every step either way, and tracking never stops training."""
@@ -49,10 +50,17 @@ def start_run(wandb_settings: Mapping[str, Any] | None, *, task: str, method: st
     try:
         import wandb
 
-        return wandb.init(project=project(task), name=run_name(task, method, seed),
-                          id=run_id(task, method, seed, out_dir), entity=wandb_settings.get("entity"), dir=str(logs),
-                          mode=mode, resume="allow", config=dict(config),
-                          settings=wandb.Settings(silent=True, console="off"))
+        return wandb.init(
+            project=project(task),
+            name=run_name(task, method, seed),
+            id=run_id(task, method, seed, out_dir),
+            entity=wandb_settings.get("entity"),
+            dir=str(logs),
+            mode=mode,
+            resume="allow",
+            config=dict(config),
+            settings=wandb.Settings(silent=True, console="off"),
+        )
     except Exception as err:  # W&B's own failures (service, network, a run id still held): warn, train on
         log.warning("W&B run not started (%s); %s/metrics.jsonl has every step", _one_line(err), out_dir)
         return None

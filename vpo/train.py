@@ -16,39 +16,69 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=("local", "trl", "verl"), default=None,
-                        help="local (in-process CPU trainer), trl (TRL's GRPOTrainer, vpo/trl_ext) or verl (GPU); "
-                             "default: the config's `backend`")
+    parser.add_argument(
+        "--backend",
+        choices=("local", "trl", "verl"),
+        default=None,
+        help="local (in-process CPU trainer), trl (TRL's GRPOTrainer, vpo/trl_ext) or verl (GPU); "
+        "default: the config's `backend`",
+    )
     parser.add_argument("--task", required=True, help="task name, e.g. maze")
     parser.add_argument("--method", required=True, help="method name, e.g. vpo (see vpo.methods)")
     parser.add_argument("--seed", type=int, required=True, help="training seed")
     parser.add_argument("--preset", default=None, help="config preset (default: the config file's `preset`)")
     parser.add_argument("--data", required=True, help="directory with train.parquet / test.parquet")
-    parser.add_argument("--base-model", default=None, help="the `vpo base-model` directory (local backend; veRL on CPU: replaces the task's model)")
+    parser.add_argument(
+        "--base-model",
+        default=None,
+        help="the `vpo base-model` directory (local backend; veRL on CPU: replaces the task's model)",
+    )
     parser.add_argument("--out", required=True, help="run directory, e.g. results/cpu/runs/maze/vpo/seed0")
     parser.add_argument("--config", default=None, help="config.yaml path (default: ./config.yaml)")
     parser.add_argument("--print-command", action="store_true", help="verl backend: print the command only")
-    parser.add_argument("--log", default=None,
-                        help="the job's log file: written from when the cell is held, kept through a refused rerun "
-                             "(vpo/joblog.py); default: stdout and stderr as they are")
+    parser.add_argument(
+        "--log",
+        default=None,
+        help="the job's log file: written from when the cell is held, kept through a refused rerun "
+        "(vpo/joblog.py); default: stdout and stderr as they are",
+    )
 
 
-def write_train_json(out_dir, cfg: dict, *, backend: str, task: str, method: str, seed: int, steps: int,
-                     started: float, **extra) -> Path:
+def write_train_json(
+    out_dir, cfg: dict, *, backend: str, task: str, method: str, seed: int, steps: int, started: float, **extra
+) -> Path:
     """The cell's completion marker, written last and atomically by both backends: the keys below
     (`provenance`: vpo.provenance.collect()) plus the backend's own (`extra`)."""
     from vpo.atomic import write_json_atomic
     from vpo.config import cell_digest
     from vpo.provenance import collect
 
-    payload = {"backend": backend, "task": task, "method": method, "seed": int(seed), "preset": cfg["preset"],
-               "steps": int(steps), "wall_time_s": round(time.time() - started, 2),
-               "config_hash": cell_digest(cfg, task, method), "provenance": collect(), **extra}
+    payload = {
+        "backend": backend,
+        "task": task,
+        "method": method,
+        "seed": int(seed),
+        "preset": cfg["preset"],
+        "steps": int(steps),
+        "wall_time_s": round(time.time() - started, 2),
+        "config_hash": cell_digest(cfg, task, method),
+        "provenance": collect(),
+        **extra,
+    }
     return write_json_atomic(Path(out_dir) / "train.json", payload)
 
 
-def train_verl(cfg: dict, task: str, method: str, seed: int, out_dir, data_dir, *, print_command: bool = False,
-               model: str | None = None) -> int:
+def train_verl(
+    cfg: dict,
+    task: str,
+    method: str,
+    seed: int,
+    out_dir,
+    data_dir,
+    *,
+    print_command: bool = False,
+    model: str | None = None,
+) -> int:
     """One cell under veRL (`vpo.verl_ext.launcher.train_cell`), train.json written when it trained;
     returns the exit status."""
     from vpo.verl_ext.launcher import train_cell
@@ -56,8 +86,17 @@ def train_verl(cfg: dict, task: str, method: str, seed: int, out_dir, data_dir, 
     started = time.time()
     run = train_cell(cfg, task, method, seed, out_dir, data_dir, print_command=print_command, model=model)
     if run.trained:
-        write_train_json(out_dir, cfg, backend="verl", task=task, method=method, seed=seed, steps=run.steps,
-                         started=started, **run.record)
+        write_train_json(
+            out_dir,
+            cfg,
+            backend="verl",
+            task=task,
+            method=method,
+            seed=seed,
+            steps=run.steps,
+            started=started,
+            **run.record,
+        )
     return run.status
 
 
@@ -67,15 +106,19 @@ def check_inputs(args, backend: str) -> None:
 
     if not (Path(args.data) / "train.parquet").is_file():
         # the workflow writes it with the preset's data settings (`vpo preprocess` alone writes the defaults)
-        raise SystemExit(f"error: {args.data}/train.parquet not found; "
-                         f"{rebuild_hint(Path(args.data) / 'train.parquet').replace('rebuild it', 'build it')} "
-                         f"(or `vpo preprocess --task {args.task} --out {args.data}` with your own data settings)")
+        raise SystemExit(
+            f"error: {args.data}/train.parquet not found; "
+            f"{rebuild_hint(Path(args.data) / 'train.parquet').replace('rebuild it', 'build it')} "
+            f"(or `vpo preprocess --task {args.task} --out {args.data}` with your own data settings)"
+        )
     if backend in ("local", "trl"):
         if not args.base_model:
             raise SystemExit(f"error: --backend {backend} needs --base-model (build it with `vpo base-model`)")
         if not (Path(args.base_model) / "config.json").is_file():
-            raise SystemExit(f"error: {args.base_model} is not a model directory; run `vpo base-model --task "
-                             f"{args.task} --data {args.data} --out {args.base_model}` first")
+            raise SystemExit(
+                f"error: {args.base_model} is not a model directory; run `vpo base-model --task "
+                f"{args.task} --data {args.data} --out {args.base_model}` first"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,8 +156,10 @@ def run(args: argparse.Namespace) -> int:
     except CellBusy:
         running = joblog.show_running(log) if log else None
         if running:
-            print(f"vpo train: {log} is the running job's log again ({running}); this job wrote nothing there",
-                  file=sys.stderr)
+            print(
+                f"vpo train: {log} is the running job's log again ({running}); this job wrote nothing there",
+                file=sys.stderr,
+            )
         raise
 
 
@@ -123,8 +168,16 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     from vpo.config import answers_per_rollout, cell_digest, method_settings
 
     if backend == "verl":
-        return train_verl(cfg, args.task, args.method, args.seed, args.out, args.data,
-                          print_command=args.print_command, model=args.base_model)
+        return train_verl(
+            cfg,
+            args.task,
+            args.method,
+            args.seed,
+            args.out,
+            args.data,
+            print_command=args.print_command,
+            model=args.base_model,
+        )
 
     from vpo.settings import LocalTrainerSettings
     from vpo.local.trainer import RunSpec, train_local
@@ -136,15 +189,34 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
     digest = cell_digest(cfg, args.task, args.method)
     spec = RunSpec(
-        task=args.task, method=args.method, seed=args.seed, data_dir=args.data, base_model=args.base_model,
-        out_dir=args.out, settings=settings, method_settings=dict(method_settings(cfg, args.method)),
-        m=answers_per_rollout(cfg, args.task, args.method), preset=cfg["preset"], config_hash=digest, wandb=cfg.get("wandb"),
+        task=args.task,
+        method=args.method,
+        seed=args.seed,
+        data_dir=args.data,
+        base_model=args.base_model,
+        out_dir=args.out,
+        settings=settings,
+        method_settings=dict(method_settings(cfg, args.method)),
+        m=answers_per_rollout(cfg, args.task, args.method),
+        preset=cfg["preset"],
+        config_hash=digest,
+        wandb=cfg.get("wandb"),
     )
     result = train_local(spec)
-    path = write_train_json(args.out, cfg, backend=backend, task=args.task, method=args.method, seed=args.seed,
-                            steps=result["steps"], started=t0, resumed_from_step=result["resumed_from_step"],
-                            train_loop_s=result["wall_time_s"], base_model=str(args.base_model),
-                            settings=settings.to_dict())
+    path = write_train_json(
+        args.out,
+        cfg,
+        backend=backend,
+        task=args.task,
+        method=args.method,
+        seed=args.seed,
+        steps=result["steps"],
+        started=t0,
+        resumed_from_step=result["resumed_from_step"],
+        train_loop_s=result["wall_time_s"],
+        base_model=str(args.base_model),
+        settings=settings.to_dict(),
+    )
     payload = json.loads(path.read_text())
     print(json.dumps({k: payload[k] for k in ("method", "seed", "steps", "resumed_from_step", "wall_time_s")}))
     return 0

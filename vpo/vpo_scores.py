@@ -69,7 +69,9 @@ def vpo_scores(
             w_stack = np.stack([np.asarray(weights[ids[g]], dtype=np.float64) for g in sel])
             # pragma: no mutate end
             if w_stack.ndim != 3 or w_stack.shape[2] != k:
-                raise ValueError(f"weights of groups with k = {k} must be (W, {k}) arrays of one W, got {w_stack.shape[1:]}")
+                raise ValueError(
+                    f"weights of groups with k = {k} must be (W, {k}) arrays of one W, got {w_stack.shape[1:]}"
+                )
             buckets.append((k, sel, w_stack))
 
     raw = np.zeros(len(mats))

@@ -43,9 +43,7 @@ def canonical_sampler(sampler: str) -> str:
     try:
         return SAMPLERS[str(sampler).lower()]
     except KeyError:
-        raise ValueError(
-            f"unknown weight sampler {sampler!r}; use one of {sorted(SAMPLERS)}"
-        ) from None
+        raise ValueError(f"unknown weight sampler {sampler!r}; use one of {sorted(SAMPLERS)}") from None
 
 
 def _check(k: int, n_sets: int, n: int, alpha: float) -> None:
@@ -153,7 +151,9 @@ def draw_bucket_weights(
     out = []
     for k in np.unique(ks[ks > 0]):
         sel = np.flatnonzero(ks == k)
-        out.append((int(k), sel, sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng)))
+        out.append(
+            (int(k), sel, sample_weight_sets(int(k), len(sel), n_weights, alpha=alpha, sampler=sampler, rng=rng))
+        )
     return out
 
 

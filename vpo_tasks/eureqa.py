@@ -77,11 +77,16 @@ def score_answer(text: str, truth: dict[str, Any]) -> list[float]:
 def _local_split(directory: Path, split: str) -> list[dict[str, Any]]:
     import pandas as pd
 
-    files = [directory / f"{split}.parquet"] if (directory / f"{split}.parquet").is_file() else \
-        sorted((directory / "data").glob(f"{split}-*.parquet"))
+    files = (
+        [directory / f"{split}.parquet"]
+        if (directory / f"{split}.parquet").is_file()
+        else sorted((directory / "data").glob(f"{split}-*.parquet"))
+    )
     if not files:
-        raise DataUnavailable(f"eureqa: task_settings.eureqa.data.path = {str(directory)!r} has neither "
-                              f"{split}.parquet nor data/{split}-*.parquet")
+        raise DataUnavailable(
+            f"eureqa: task_settings.eureqa.data.path = {str(directory)!r} has neither "
+            f"{split}.parquet nor data/{split}-*.parquet"
+        )
     frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     return frame.to_dict("records")
 
@@ -107,35 +112,44 @@ def split_records(settings: EureqaSettings) -> tuple[list[dict[str, Any]], list[
     return train[: settings.train_size], test[: settings.test_size]
 
 
-FORMAT_BLOCK = ("Write each resolved canonical name, and nothing else, in its tag:\n"
-                + "\n".join(f"<entity_{x}>...</entity_{x}>" for x in LETTERS)
-                + "\nThe answer to the question is what you put in <entity_A>.")
+FORMAT_BLOCK = (
+    "Write each resolved canonical name, and nothing else, in its tag:\n"
+    + "\n".join(f"<entity_{x}>...</entity_{x}>" for x in LETTERS)
+    + "\nThe answer to the question is what you put in <entity_A>."
+)
 
 
 def prompt_fields(record: dict[str, Any]) -> dict[str, str]:
     """The chain's pieces a prompt template can place (`vpo.templates`): the narrative's sentences, one
     per line, and the five masks as `- A: mask` lines."""
     masks = list(record["entity_masks"])[:5]
-    return {"narrative": "\n".join(record["question"]),
-            "masks": "\n".join(f"- {x}: {mask}" for x, mask in zip(LETTERS, masks))}
+    return {
+        "narrative": "\n".join(record["question"]),
+        "masks": "\n".join(f"- {x}: {mask}" for x, mask in zip(LETTERS, masks)),
+    }
 
 
 def build_prompt(record: dict[str, Any]) -> str:
     fields = prompt_fields(record)
-    return ("Below is a short narrative about masked entities (Person A, Country B, ...) linked by relations. "
-            "The last sentence names the final entity; reason backwards from it to resolve every mask.\n\n"
-            "Narrative:\n" + fields["narrative"] + "\n\nMasked entities, in order of introduction:\n"
-            + fields["masks"]
-            + "\n\nUse canonical underscored Wikipedia names (e.g. `Robert_Rodriguez`, "
-              "`From_Dusk_till_Dawn:_The_Series`).\n" + FORMAT_BLOCK)
+    return (
+        "Below is a short narrative about masked entities (Person A, Country B, ...) linked by relations. "
+        "The last sentence names the final entity; reason backwards from it to resolve every mask.\n\n"
+        "Narrative:\n"
+        + fields["narrative"]
+        + "\n\nMasked entities, in order of introduction:\n"
+        + fields["masks"]
+        + "\n\nUse canonical underscored Wikipedia names (e.g. `Robert_Rodriguez`, "
+        "`From_Dusk_till_Dawn:_The_Series`).\n" + FORMAT_BLOCK
+    )
 
 
 class EureqaTask(ResponseSlotTask):
     name = "eureqa"
     label = "EUREQA"
     data_source = "eureqa"
-    objectives = tuple((f"entity_{x}", f"Resolving masked entity {x}" + (" (the answer)" if x == "A" else ""))
-                       for x in LETTERS)
+    objectives = tuple(
+        (f"entity_{x}", f"Resolving masked entity {x}" + (" (the answer)" if x == "A" else "")) for x in LETTERS
+    )
     scalar_weights = (0.2, 0.2, 0.2, 0.2, 0.2)
     default_m = 3
     single_format_line = FORMAT_BLOCK
@@ -148,25 +162,43 @@ class EureqaTask(ResponseSlotTask):
         for i, record in enumerate(records):
             masks, entities = list(record["entity_masks"]), list(record["entities"])
             if len(masks) < 6 or len(entities) < 6:
-                raise ValueError(f"eureqa: record idx={record.get('idx')} has {len(masks)} masks and {len(entities)} "
-                                 "entities; only 5-hop splits (6 of each) are supported")
-            out.append({
-                "data_source": self.data_source,
-                "prompt": [{"role": "user", "content": build_prompt(record)}],
-                "ability": "reasoning",
-                "reward_model": {"style": "rule", "ground_truth": {
-                    "answer": entities[0], "chain_entities": entities[:5], "entity_masks": masks[:5], "num_hops": 5}},
-                "extra_info": {"split": split, "index": i, "task_id": f"eureqa-{record['idx']}",
-                               "eureqa_idx": int(record["idx"]), "num_hops": 5,
-                               "prompt_fields": json.dumps(prompt_fields(record))},
-            })
+                raise ValueError(
+                    f"eureqa: record idx={record.get('idx')} has {len(masks)} masks and {len(entities)} "
+                    "entities; only 5-hop splits (6 of each) are supported"
+                )
+            out.append(
+                {
+                    "data_source": self.data_source,
+                    "prompt": [{"role": "user", "content": build_prompt(record)}],
+                    "ability": "reasoning",
+                    "reward_model": {
+                        "style": "rule",
+                        "ground_truth": {
+                            "answer": entities[0],
+                            "chain_entities": entities[:5],
+                            "entity_masks": masks[:5],
+                            "num_hops": 5,
+                        },
+                    },
+                    "extra_info": {
+                        "split": split,
+                        "index": i,
+                        "task_id": f"eureqa-{record['idx']}",
+                        "eureqa_idx": int(record["idx"]),
+                        "num_hops": 5,
+                        "prompt_fields": json.dumps(prompt_fields(record)),
+                    },
+                }
+            )
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
         train, test = split_records(EureqaSettings.from_dict(settings))
         train_rows, test_rows = self.rows("train", train), self.rows("test", test)  # check both before writing
-        return (write_parquet_atomic(train_rows, os.path.join(out_dir, "train.parquet")),
-                write_parquet_atomic(test_rows, os.path.join(out_dir, "test.parquet")))
+        return (
+            write_parquet_atomic(train_rows, os.path.join(out_dir, "train.parquet")),
+            write_parquet_atomic(test_rows, os.path.join(out_dir, "test.parquet")),
+        )
 
     # -- answers
     def parses(self, text: str) -> bool:
@@ -176,10 +208,12 @@ class EureqaTask(ResponseSlotTask):
         return score_answer(str(answer), ground_truth)
 
     def multi_format(self, m: int) -> str:
-        return (f"Give {m} genuinely different reasoning chains (different candidate resolutions, not "
-                f"paraphrases), each in its own block <response_1></response_1> to <response_{m}></response_{m}>, "
-                "and put all five tags <entity_A></entity_A> to <entity_E></entity_E> in every block, each "
-                "holding only a canonical name. The answer of a chain is its <entity_A>.")
+        return (
+            f"Give {m} genuinely different reasoning chains (different candidate resolutions, not "
+            f"paraphrases), each in its own block <response_1></response_1> to <response_{m}></response_{m}>, "
+            "and put all five tags <entity_A></entity_A> to <entity_E></entity_E> in every block, each "
+            "holding only a canonical name. The answer of a chain is its <entity_A>."
+        )
 
     # -- warm-start demonstrations (CPU trainer only)
     def demonstration(self, row: dict[str, Any], rng: Any, n_answers: int) -> str:

@@ -42,7 +42,8 @@ def load_hub_dataset(task: str, dataset_id: str, path_setting: str | None = None
             f"{task}: the Hugging Face hub is not reachable for {dataset_id!r}; download the files once and set "
             f"{path_setting} (or `vpo preprocess --task {task} --set {path_setting.split('.data.')[1]}=DIR`) to their "
             "directory, "
-            "or set HF_HUB_OFFLINE=1 to use a warm datasets cache")
+            "or set HF_HUB_OFFLINE=1 to use a warm datasets cache"
+        )
     return datasets.load_dataset(dataset_id, **kwargs)
 
 

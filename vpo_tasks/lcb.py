@@ -23,10 +23,25 @@ from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
 from vpo.task import Task, as_random, settings_from
-from vpo_tasks.lcb_sources import (SOURCES, DeepCoderSource, DroppedRecord, LiveCodeBenchSource, RawProblem,
-                                   deepcoder_records, livecodebench_records)
-from vpo_tasks.lcb_grading import (COMPARE_RULES, eval_program, eval_solutions, extract_code, fingerprint,
-                                   has_code_block, score_programs, split_solutions)
+from vpo_tasks.lcb_sources import (
+    SOURCES,
+    DeepCoderSource,
+    DroppedRecord,
+    LiveCodeBenchSource,
+    RawProblem,
+    deepcoder_records,
+    livecodebench_records,
+)
+from vpo_tasks.lcb_grading import (
+    COMPARE_RULES,
+    eval_program,
+    eval_solutions,
+    extract_code,
+    fingerprint,
+    has_code_block,
+    score_programs,
+    split_solutions,
+)
 
 MAX_TESTS = 16  # reward channels; max_tests may not exceed it
 FORMAT_LINE = "Write your solution in one ```python code block."
@@ -56,7 +71,9 @@ class LcbSettings:
         if s.compare not in COMPARE_RULES:
             raise ValueError(f"lcb: compare {s.compare!r} is not one of {', '.join(COMPARE_RULES)}")
         if s.max_test_chars < 1:
-            raise ValueError(f"lcb: max_test_chars must be at least 1, got {s.max_test_chars} (it would drop every test)")
+            raise ValueError(
+                f"lcb: max_test_chars must be at least 1, got {s.max_test_chars} (it would drop every test)"
+            )
         if s.test_timeout_s <= 0 or s.memory_mb <= 0:
             raise ValueError("lcb: test_timeout_s and memory_mb must be positive")
         return s
@@ -136,18 +153,33 @@ class LcbTask(Task):
         out = []
         for i, p in enumerate(problems):
             raw = p.raw
-            truth = {"testtype": raw.testtype, "fn_name": raw.fn_name, "inputs": [t["input"] for t in p.tests],
-                     "outputs": [t["output"] for t in p.tests], "timeout_s": s.test_timeout_s,
-                     "memory_mb": s.memory_mb, "compare": s.compare}
-            out.append({
-                "data_source": self.data_source,
-                "prompt": [{"role": "user", "content": build_prompt(raw)}],
-                "ability": "code",
-                "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {"split": split, "index": i, "task_id": raw.task_id, **raw.info,
-                               "num_test_cases": len(p.tests), "num_test_cases_original": len(raw.tests),
-                               "testtype": raw.testtype, "prompt_fields": json.dumps(prompt_fields(raw))},
-            })
+            truth = {
+                "testtype": raw.testtype,
+                "fn_name": raw.fn_name,
+                "inputs": [t["input"] for t in p.tests],
+                "outputs": [t["output"] for t in p.tests],
+                "timeout_s": s.test_timeout_s,
+                "memory_mb": s.memory_mb,
+                "compare": s.compare,
+            }
+            out.append(
+                {
+                    "data_source": self.data_source,
+                    "prompt": [{"role": "user", "content": build_prompt(raw)}],
+                    "ability": "code",
+                    "reward_model": {"style": "rule", "ground_truth": truth},
+                    "extra_info": {
+                        "split": split,
+                        "index": i,
+                        "task_id": raw.task_id,
+                        **raw.info,
+                        "num_test_cases": len(p.tests),
+                        "num_test_cases_original": len(raw.tests),
+                        "testtype": raw.testtype,
+                        "prompt_fields": json.dumps(prompt_fields(raw)),
+                    },
+                }
+            )
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -167,14 +199,21 @@ class LcbTask(Task):
                 # dropped and named; it once stopped the whole preprocess naming nothing
                 dropped["malformed"] = dropped.get("malformed", 0) + 1
                 detail = " ".join(str(err).split())[:200]
-                print(f"lcb: dropped {record_name(record)!r}: malformed record ({type(err).__name__}: {detail})",
-                      file=sys.stderr)
+                print(
+                    f"lcb: dropped {record_name(record)!r}: malformed record ({type(err).__name__}: {detail})",
+                    file=sys.stderr,
+                )
         if s.train_size is not None:  # fewer than asked: `vpo preprocess` refuses the split (split_problem)
             splits["train"] = splits["train"][: s.train_size]
-        print(f"lcb ({s.source}): train {len(splits['train'])} problems, test {len(splits['test'])}; "
-              f"dropped {dropped or 'none'}", file=sys.stderr)
-        return tuple(write_parquet_atomic(self.rows(split, splits[split], s), os.path.join(out_dir, f"{split}.parquet"))
-                     for split in ("train", "test"))
+        print(
+            f"lcb ({s.source}): train {len(splits['train'])} problems, test {len(splits['test'])}; "
+            f"dropped {dropped or 'none'}",
+            file=sys.stderr,
+        )
+        return tuple(
+            write_parquet_atomic(self.rows(split, splits[split], s), os.path.join(out_dir, f"{split}.parquet"))
+            for split in ("train", "test")
+        )
 
     # -- answers
     def distinct_codes(self, text: str, m: int) -> list[str]:
@@ -225,8 +264,10 @@ class LcbTask(Task):
         return rows or [[0.0] * len(ground_truth["inputs"])], count
 
     def multi_format(self, m: int) -> str:
-        return (f"Write {m} different solutions, each in its own ```python code block, separated by a line "
-                "holding only ---.")
+        return (
+            f"Write {m} different solutions, each in its own ```python code block, separated by a line "
+            "holding only ---."
+        )
 
     # -- warm-start demonstrations (CPU trainer only): well-formed programs, mostly wrong
     def demonstration(self, row: dict[str, Any], rng: Any, n_answers: int) -> str:
@@ -238,7 +279,9 @@ class LcbTask(Task):
             if truth["testtype"] == "functional":
                 body = rng.choice(["return args[0]", "return 0", "return sorted(args[0])", "return len(args)"])
                 return f"```python\ndef {fn}(*args):\n    {body}\n```"
-            body = rng.choice(["print(input())", "print(0)", "print(len(input()))", "import sys\nprint(sys.stdin.read())"])
+            body = rng.choice(
+                ["print(input())", "print(0)", "print(len(input()))", "import sys\nprint(sys.stdin.read())"]
+            )
             return f"```python\n{body}\n```"
 
         return one() if n_answers <= 1 else "\n---\n".join(one() for _ in range(n_answers))

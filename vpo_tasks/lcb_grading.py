@@ -51,13 +51,13 @@ def extract_code(text: str) -> str:
         return match.group(1).strip()
     start = text.find("```python")
     if start >= 0:
-        return text[start + len("```python"):].strip()
+        return text[start + len("```python") :].strip()
     first = text.find("```")
     second = text.find("```", first + 3)  # -1 when there is no pair (no fence at all: first is -1 too)
     if second > first:
-        body = text[first + 3:second]
+        body = text[first + 3 : second]
         newline = body.find("\n")
-        return (body[newline + 1:] if newline >= 0 else "").strip()
+        return (body[newline + 1 :] if newline >= 0 else "").strip()
     return text.strip()
 
 
@@ -88,7 +88,7 @@ def _fenced(text: str, opener: str, pos: int = 0) -> tuple[str, int] | None:
     (If the first opener has no closing fence after it, no later one has: a linear search.)"""
     start = text.find(opener, pos)
     end = text.find("```", start + len(opener)) if start != -1 else -1
-    return None if end == -1 else (text[start + len(opener):end], end + 3)
+    return None if end == -1 else (text[start + len(opener) : end], end + 3)
 
 
 def eval_code_block(text: str) -> str:
@@ -101,7 +101,7 @@ def eval_code_block(text: str) -> str:
         return found[0].strip()
     start = text.find("```python")
     if 0 <= start < len(text) - len("```python"):
-        return text[start + len("```python"):].strip()
+        return text[start + len("```python") :].strip()
     found = _fenced(text, "```")
     return found[0].strip() if found is not None else text.strip()
 
@@ -170,11 +170,13 @@ def _decimals(tokens: Sequence[str]) -> list[Decimal] | None:
 def stdout_matches(got: str, expected: str, rule: str) -> bool:
     """Whether a stdin program's output matches the expected output under `rule` (module docstring)."""
     if rule == "exact":
+
         def lines(text: str) -> list[str]:
             rows = [line.rstrip() for line in text.split("\n")]  # rstrip takes a \r of \r\n too
             while rows and not rows[-1]:
                 rows.pop()
             return rows
+
         return lines(got) == lines(expected)
     if rule != "official":
         raise ValueError(f"unknown stdin comparison rule {rule!r}; one of {COMPARE_RULES}")
@@ -220,7 +222,7 @@ def functional_result(stdout: str, marker: str) -> tuple[bool, Any]:
     for line in reversed(stdout.splitlines()):
         if line.startswith(marker):
             try:
-                return True, json.loads(line[len(marker):])
+                return True, json.loads(line[len(marker) :])
             except ValueError:
                 return False, None
     return False, None

@@ -54,8 +54,9 @@ class LiveCodeBenchSource:
             try:
                 date.fromisoformat(str(getattr(s, name)))
             except ValueError:
-                raise ValueError(f"lcb.livecodebench: {name} must be a date like 2025-02-01, "
-                                 f"got {getattr(s, name)!r}") from None
+                raise ValueError(
+                    f"lcb.livecodebench: {name} must be a date like 2025-02-01, got {getattr(s, name)!r}"
+                ) from None
         return s
 
 
@@ -76,8 +77,9 @@ class DeepCoderSource:
         s.train = list(s.train)
         for name in [*s.train, s.test]:
             if name not in DEEPCODER_CONFIGS:
-                raise ValueError(f"lcb.deepcoder: {name!r} is not one of the dataset's configs "
-                                 f"({', '.join(DEEPCODER_CONFIGS)})")
+                raise ValueError(
+                    f"lcb.deepcoder: {name!r} is not one of the dataset's configs ({', '.join(DEEPCODER_CONFIGS)})"
+                )
         if not s.train:
             raise ValueError("lcb.deepcoder: train names no config")
         return s
@@ -152,7 +154,8 @@ def decode_tests(text: str) -> list[dict[str, str]]:
             except ValueError as err:
                 raise UndecodableTests(f"unpickled text is not JSON: {err}") from None
     if not isinstance(value, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in value):
+        isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in value
+    ):
         raise UndecodableTests("not a list of {input, output} objects with text values")
     return value
 
@@ -181,10 +184,20 @@ def load_livecodebench(src: LiveCodeBenchSource) -> list[dict[str, Any]]:
     if src.path:
         files = sorted(Path(src.path).expanduser().glob("test*.jsonl"))
         if not files:
-            raise DataUnavailable(f"lcb: task_settings.lcb.data.livecodebench.path = {src.path!r} holds no test*.jsonl file")
+            raise DataUnavailable(
+                f"lcb: task_settings.lcb.data.livecodebench.path = {src.path!r} holds no test*.jsonl file"
+            )
         return [record for f in files for record in _jsonl_objects(f)]
-    return [dict(r) for r in load_hub_dataset("lcb", src.dataset, split="test", revision=src.revision,
-                                              path_setting="task_settings.lcb.data.livecodebench.path")]
+    return [
+        dict(r)
+        for r in load_hub_dataset(
+            "lcb",
+            src.dataset,
+            split="test",
+            revision=src.revision,
+            path_setting="task_settings.lcb.data.livecodebench.path",
+        )
+    ]
 
 
 def _jsonl_objects(path: Path) -> list[dict[str, Any]]:
@@ -197,8 +210,10 @@ def _jsonl_objects(path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError) as err:
-            raise DataUnavailable(f"lcb: {path}:{number} is not JSON ({' '.join(str(err).split())[:120]}); "
-                                  "download the file again or delete the line") from None
+            raise DataUnavailable(
+                f"lcb: {path}:{number} is not JSON ({' '.join(str(err).split())[:120]}); "
+                "download the file again or delete the line"
+            ) from None
         if not isinstance(record, dict):
             raise DataUnavailable(f"lcb: {path}:{number} holds a JSON {type(record).__name__}, not a record")
         records.append(record)
@@ -216,8 +231,16 @@ def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
         raise DroppedRecord("undecodable", f"private tests do not decode to plain data ({err})") from None
     testtype = tests[0].get("testtype", "stdin") if tests else "stdin"
     info = {"source": "livecodebench", "platform": record.get("platform"), "difficulty": record.get("difficulty")}
-    return RawProblem(str(record["question_id"]), str(record["question_content"]), _starter(record),
-                      tests, testtype, func_name(record.get("metadata")), info, as_datetime(record["contest_date"]))
+    return RawProblem(
+        str(record["question_id"]),
+        str(record["question_content"]),
+        _starter(record),
+        tests,
+        testtype,
+        func_name(record.get("metadata")),
+        info,
+        as_datetime(record["contest_date"]),
+    )
 
 
 def _starter(record: dict[str, Any]) -> str:
@@ -298,8 +321,11 @@ def deepcoder_tests(raw: Any) -> tuple[str, str | None, list[dict[str, str]]]:
         return "functional", None, [{"input": _text(t.get("input")), "output": _text(t.get("output"))} for t in value]
     if kind == "function_call":
         names = {t.get("fn_name") for t in value}
-        return "functional", (names.pop() if len(names) == 1 else None), [_call(t.get("input"), t.get("output"))
-                                                                          for t in value]
+        return (
+            "functional",
+            (names.pop() if len(names) == 1 else None),
+            [_call(t.get("input"), t.get("output")) for t in value],
+        )
     raise DroppedRecord("unreadable tests", f"unknown test type {kind!r}")
 
 
@@ -318,11 +344,16 @@ def load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[s
     """One config's split, each row tagged with `_config` and `_id` (<config>-<split>-<row>)."""
     if src.path:
         folder = Path(src.path).expanduser() / config
-        files = [f for f in sorted(folder.glob(f"{split}-*.parquet")) or sorted((folder / split).glob("*.parquet"))
-                 if f.is_file()]  # a folder named *.parquet is no file of the dataset
+        files = [
+            f
+            for f in sorted(folder.glob(f"{split}-*.parquet")) or sorted((folder / split).glob("*.parquet"))
+            if f.is_file()
+        ]  # a folder named *.parquet is no file of the dataset
         if not files:
-            raise DataUnavailable(f"lcb: task_settings.lcb.data.deepcoder.path = {src.path!r} holds no "
-                                  f"{config}/{split}-*.parquet (the dataset's layout)")
+            raise DataUnavailable(
+                f"lcb: task_settings.lcb.data.deepcoder.path = {src.path!r} holds no "
+                f"{config}/{split}-*.parquet (the dataset's layout)"
+            )
         import pyarrow.parquet as pq
 
         rows = []
@@ -330,12 +361,23 @@ def load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[s
             table = pq.read_table(f)
             missing = sorted({"problem", "tests"} - set(table.column_names))
             if missing:
-                raise DataUnavailable(f"lcb: {f} has no column {', '.join(missing)} (columns: "
-                                      f"{', '.join(table.column_names)}); it is not a DeepCoder file")
+                raise DataUnavailable(
+                    f"lcb: {f} has no column {', '.join(missing)} (columns: "
+                    f"{', '.join(table.column_names)}); it is not a DeepCoder file"
+                )
             rows += table.to_pylist()
     else:
-        rows = [dict(r) for r in load_hub_dataset("lcb", src.dataset, name=config, split=split, revision=src.revision,
-                                                  path_setting="task_settings.lcb.data.deepcoder.path")]
+        rows = [
+            dict(r)
+            for r in load_hub_dataset(
+                "lcb",
+                src.dataset,
+                name=config,
+                split=split,
+                revision=src.revision,
+                path_setting="task_settings.lcb.data.deepcoder.path",
+            )
+        ]
     for i, row in enumerate(rows):
         row["_config"], row["_id"] = config, f"{config}-{split}-{i}"
     return rows

@@ -113,7 +113,7 @@ def _block(text: str, opener: re.Pattern, closer: re.Pattern, pos: int = 0) -> t
     tail = closer.search(text, head.end()) if head else None
     if tail is None:
         return None  # no closer after the first opener means none after any later opener either
-    return text[head.end():tail.start()], tail.end()
+    return text[head.end() : tail.start()], tail.end()
 
 
 def _all_blocks(text: str, opener: re.Pattern, closer: re.Pattern) -> list[str]:
@@ -166,8 +166,11 @@ FORMAT_LINE = "Write your moves inside <answer></answer> tags, for example <answ
 
 def prompt_fields(maze: dict[str, Any]) -> dict[str, str]:
     """The maze's pieces a prompt template can place (`vpo.templates`)."""
-    return {"grid": maze["grid_text"], "size": str(len(parse_grid(maze["grid_text"]))),
-            **{key: str(maze[key]) for key in ("max_steps", "num_gold", "num_diamond", "num_lava")}}
+    return {
+        "grid": maze["grid_text"],
+        "size": str(len(parse_grid(maze["grid_text"]))),
+        **{key: str(maze[key]) for key in ("max_steps", "num_gold", "num_diamond", "num_lava")},
+    }
 
 
 def build_prompt(maze: dict[str, Any]) -> str:
@@ -215,17 +218,36 @@ class MazeTask(Task):
     # -- data
     def rows(self, split: str, mazes: list[dict[str, Any]], score_mode: str) -> list[dict[str, Any]]:
         gt_keys = ("grid_text", "start", "end", "max_steps", "num_gold", "num_diamond", "num_lava")
-        extra_keys = ("seed", "d_safe", "gold_corner", "diam_corner", "bonus_cell", "via_gold",
-                      "via_diam", "via_center", "both_corners_detour")
-        return [{
-            "data_source": self.data_source,
-            "prompt": [{"role": "user", "content": build_prompt(maze)}],
-            "ability": "spatial",
-            "reward_model": {"style": "rule",
-                             "ground_truth": {**{k: maze[k] for k in gt_keys}, "score_mode": score_mode}},
-            "extra_info": {"split": split, "index": i, "task_id": f"maze-{maze['seed']}",
-                           **{k: maze[k] for k in extra_keys}, "prompt_fields": json.dumps(prompt_fields(maze))},
-        } for i, maze in enumerate(mazes)]
+        extra_keys = (
+            "seed",
+            "d_safe",
+            "gold_corner",
+            "diam_corner",
+            "bonus_cell",
+            "via_gold",
+            "via_diam",
+            "via_center",
+            "both_corners_detour",
+        )
+        return [
+            {
+                "data_source": self.data_source,
+                "prompt": [{"role": "user", "content": build_prompt(maze)}],
+                "ability": "spatial",
+                "reward_model": {
+                    "style": "rule",
+                    "ground_truth": {**{k: maze[k] for k in gt_keys}, "score_mode": score_mode},
+                },
+                "extra_info": {
+                    "split": split,
+                    "index": i,
+                    "task_id": f"maze-{maze['seed']}",
+                    **{k: maze[k] for k in extra_keys},
+                    "prompt_fields": json.dumps(prompt_fields(maze)),
+                },
+            }
+            for i, maze in enumerate(mazes)
+        ]
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
         s = MazeSettings.from_dict(settings)

@@ -85,8 +85,9 @@ def prim_cells(rng: random.Random, size: int) -> Grid:
 def open_cycles(grid: Grid, rng: random.Random, n: int) -> None:
     """Open n walls that touch two or more open cells (fewer if there are fewer), chosen at random."""
     size = len(grid)
-    candidates = [(r, c) for r in range(size) for c in range(size)
-                  if grid[r][c] == "#" and _open_neighbours(grid, (r, c)) >= 2]
+    candidates = [
+        (r, c) for r in range(size) for c in range(size) if grid[r][c] == "#" and _open_neighbours(grid, (r, c)) >= 2
+    ]
     rng.shuffle(candidates)
     for r, c in candidates[:n]:
         grid[r][c] = "."
@@ -94,8 +95,12 @@ def open_cycles(grid: Grid, rng: random.Random, n: int) -> None:
 
 def _zone(grid: Grid, corner: Cell) -> list[Cell]:
     """Empty cells within ZONE_RADIUS of a corner, row by row."""
-    return [(r, c) for r in range(len(grid)) for c in range(len(grid))
-            if abs(r - corner[0]) + abs(c - corner[1]) <= ZONE_RADIUS and grid[r][c] == "."]
+    return [
+        (r, c)
+        for r in range(len(grid))
+        for c in range(len(grid))
+        if abs(r - corner[0]) + abs(c - corner[1]) <= ZONE_RADIUS and grid[r][c] == "."
+    ]
 
 
 def extra_openings(size: int) -> tuple[int, int]:
@@ -154,11 +159,20 @@ def generate_maze(seed: int, size: int = SIZE) -> dict[str, Any] | None:
         return None
     return {
         "grid_text": "\n".join(" ".join(row) for row in grid),
-        "start": list(start), "end": list(end), "max_steps": int(max_steps),
-        "num_gold": n_gold, "num_diamond": n_diam, "num_lava": n_lava,
-        "seed": int(seed), "d_safe": int(d_safe),
-        "gold_corner": list(gold_corner), "diam_corner": list(diam_corner), "bonus_cell": list(middle),
-        "via_gold": int(via_gold), "via_diam": int(via_diam), "via_center": int(via_center),
+        "start": list(start),
+        "end": list(end),
+        "max_steps": int(max_steps),
+        "num_gold": n_gold,
+        "num_diamond": n_diam,
+        "num_lava": n_lava,
+        "seed": int(seed),
+        "d_safe": int(d_safe),
+        "gold_corner": list(gold_corner),
+        "diam_corner": list(diam_corner),
+        "bonus_cell": list(middle),
+        "via_gold": int(via_gold),
+        "via_diam": int(via_diam),
+        "via_center": int(via_center),
         "both_corners_detour": int(both_corners_detour),
     }
 
@@ -172,4 +186,6 @@ def generate_mazes(n: int, base_seed: int, attempts_per_maze: int = 300, size: i
             mazes.append(maze)
             if len(mazes) == n:
                 return mazes
-    raise RuntimeError(f"maze: only {len(mazes)} of {n} mazes accepted in {n * attempts_per_maze} seeds from {base_seed}")
+    raise RuntimeError(
+        f"maze: only {len(mazes)} of {n} mazes accepted in {n * attempts_per_maze} seeds from {base_seed}"
+    )

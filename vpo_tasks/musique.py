@@ -50,8 +50,10 @@ class MusiqueSettings:
         if settings.eval_split not in ("hop_stratified", "first"):
             raise ValueError(f"musique: eval_split {settings.eval_split!r} is not one of hop_stratified, first")
         if settings.eval_size < 0 or (settings.eval_split == "hop_stratified" and settings.eval_size % len(HOP_COUNTS)):
-            raise ValueError(f"musique: eval_size {settings.eval_size} must be a non-negative multiple of 3 "
-                             "for the hop-stratified split")
+            raise ValueError(
+                f"musique: eval_size {settings.eval_size} must be a non-negative multiple of 3 "
+                "for the hop-stratified split"
+            )
         return settings
 
 
@@ -136,8 +138,10 @@ def hop_stratified(records: list[dict[str, Any]], size: int, seed: int) -> list[
     return [chosen[i] for i in np.random.default_rng(seed).permutation(len(chosen))]
 
 
-FORMAT_LINE = ("First reason about which paragraphs matter, then give the supporting paragraph indices as "
-               "<support>i, j, k</support> and the final answer as <answer>your answer</answer>.")
+FORMAT_LINE = (
+    "First reason about which paragraphs matter, then give the supporting paragraph indices as "
+    "<support>i, j, k</support> and the final answer as <answer>your answer</answer>."
+)
 
 
 def prompt_fields(record: dict[str, Any]) -> dict[str, str]:
@@ -149,9 +153,11 @@ def prompt_fields(record: dict[str, Any]) -> dict[str, str]:
 
 def build_prompt(record: dict[str, Any]) -> str:
     fields = prompt_fields(record)
-    return ("Read the paragraphs below and answer the multi-hop question. Identify which paragraphs "
-            f"support your answer.\n\nParagraphs:\n{fields['paragraphs']}\n\nQuestion: {fields['question']}\n\n"
-            f"{FORMAT_LINE}")
+    return (
+        "Read the paragraphs below and answer the multi-hop question. Identify which paragraphs "
+        f"support your answer.\n\nParagraphs:\n{fields['paragraphs']}\n\nQuestion: {fields['question']}\n\n"
+        f"{FORMAT_LINE}"
+    )
 
 
 class MusiqueTask(ResponseSlotTask):
@@ -180,18 +186,28 @@ class MusiqueTask(ResponseSlotTask):
         out = []
         for i, record in enumerate(records):
             steps = record["question_decomposition"]
-            truth = {"answer": record["answer"], "answer_aliases": list(record.get("answer_aliases") or []),
-                     "supporting_indices_ordered": [int(s["paragraph_support_idx"]) for s in steps],
-                     "num_hops": len(steps)}
-            out.append({
-                "data_source": self.data_source,
-                "prompt": [{"role": "user", "content": build_prompt(record)}],
-                "ability": "reasoning",
-                "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {"split": split, "index": i, "task_id": f"musique-{record['id']}",
-                               "musique_id": record["id"], "num_hops": len(steps),
-                               "prompt_fields": json.dumps(prompt_fields(record))},
-            })
+            truth = {
+                "answer": record["answer"],
+                "answer_aliases": list(record.get("answer_aliases") or []),
+                "supporting_indices_ordered": [int(s["paragraph_support_idx"]) for s in steps],
+                "num_hops": len(steps),
+            }
+            out.append(
+                {
+                    "data_source": self.data_source,
+                    "prompt": [{"role": "user", "content": build_prompt(record)}],
+                    "ability": "reasoning",
+                    "reward_model": {"style": "rule", "ground_truth": truth},
+                    "extra_info": {
+                        "split": split,
+                        "index": i,
+                        "task_id": f"musique-{record['id']}",
+                        "musique_id": record["id"],
+                        "num_hops": len(steps),
+                        "prompt_fields": json.dumps(prompt_fields(record)),
+                    },
+                }
+            )
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -203,8 +219,10 @@ class MusiqueTask(ResponseSlotTask):
             test = hop_stratified(test, s.eval_size, s.eval_split_seed)
         elif s.eval_size:
             test = test[: s.eval_size]
-        return (write_parquet_atomic(self.rows("train", train), os.path.join(out_dir, "train.parquet")),
-                write_parquet_atomic(self.rows("test", test), os.path.join(out_dir, "test.parquet")))
+        return (
+            write_parquet_atomic(self.rows("train", train), os.path.join(out_dir, "train.parquet")),
+            write_parquet_atomic(self.rows("test", test), os.path.join(out_dir, "test.parquet")),
+        )
 
     # -- answers
     def parses(self, text: str) -> bool:
@@ -214,9 +232,11 @@ class MusiqueTask(ResponseSlotTask):
         return score_answer(str(answer), ground_truth)
 
     def multi_format(self, m: int) -> str:
-        return (f"Give {m} different answers, each in its own block <response_1></response_1> to "
-                f"<response_{m}></response_{m}>; inside each block put <support>indices</support> and "
-                "<answer>your answer</answer>.")
+        return (
+            f"Give {m} different answers, each in its own block <response_1></response_1> to "
+            f"<response_{m}></response_{m}>; inside each block put <support>indices</support> and "
+            "<answer>your answer</answer>."
+        )
 
     # -- warm-start demonstrations (CPU trainer only)
     def demonstration(self, row: dict[str, Any], rng: Any, n_answers: int) -> str:

@@ -27,14 +27,14 @@ def first_block(text: str, opener: str, closer: str) -> str | None:
     if start < 0:
         return None
     end = text.find(closer, start + len(opener))
-    return None if end == -1 else text[start + len(opener):end]
+    return None if end == -1 else text[start + len(opener) : end]
 
 
 def first_block_nocase(text: str, tag: str) -> str | None:
     """Like first_block for `<tag>` / `</tag>`, matching the tags in any case (re.IGNORECASE)."""
     head = re.search(f"<{re.escape(tag)}>", text, re.IGNORECASE)
     tail = re.compile(f"</{re.escape(tag)}>", re.IGNORECASE).search(text, head.end()) if head else None
-    return None if tail is None else text[head.end():tail.start()]
+    return None if tail is None else text[head.end() : tail.start()]
 
 
 def response_slots(text: str, m: int) -> list[str]:

@@ -95,9 +95,14 @@ def parse_calls(body: str | None) -> list[dict[str, Any]]:
 
 def parse_response(text: str) -> dict[str, Any]:
     think, body, response = (first_block(text, f"<{tag}>", f"</{tag}>") for tag in ("think", "tool_call", "response"))
-    return {"has_think": think is not None, "think": (think or "").strip(), "has_tool_call": body is not None,
-            "body_nonempty": bool((body or "").strip()), "calls": parse_calls(body),
-            "response": (response or "").strip()}
+    return {
+        "has_think": think is not None,
+        "think": (think or "").strip(),
+        "has_tool_call": body is not None,
+        "body_nonempty": bool((body or "").strip()),
+        "calls": parse_calls(body),
+        "response": (response or "").strip(),
+    }
 
 
 # ---- scoring ---------------------------------------------------------------------------------
@@ -179,16 +184,24 @@ def score_calls(pred: list[dict], gold: list[dict]) -> tuple[float, float, float
     pairs = align(pred, gold, pred_names)
     matched = [(g, p) for g, p in pairs if g is not None and p is not None]  # unmatched pairs score 0
     keys = sum(set_f1(set(p["parameters"]), set(g["parameters"])) for g, p in matched)
-    values = sum(sum(value_match(p["parameters"][k], v) for k, v in g["parameters"].items() if k in p["parameters"])
-                 / len(g["parameters"]) if g["parameters"] else 1.0 for g, p in matched)
+    values = sum(
+        sum(value_match(p["parameters"][k], v) for k, v in g["parameters"].items() if k in p["parameters"])
+        / len(g["parameters"])
+        if g["parameters"]
+        else 1.0
+        for g, p in matched
+    )
     return names, keys / len(pairs), values / len(pairs)
 
 
 def gold_calls(truth: dict[str, Any]) -> list[dict[str, Any]]:
     """The gold calls stored at preprocessing (`tool_calls_json`, already in parse_calls' shape)."""
     stored = json.loads(truth.get("tool_calls_json") or "[]")
-    return [{"name": str(c.get("name", "")), "parameters": c["parameters"] if isinstance(c.get("parameters"), dict) else {}}
-            for c in stored if isinstance(c, dict)]
+    return [
+        {"name": str(c.get("name", "")), "parameters": c["parameters"] if isinstance(c.get("parameters"), dict) else {}}
+        for c in stored
+        if isinstance(c, dict)
+    ]
 
 
 def score_answer(text: str, truth: dict[str, Any]) -> list[float]:
@@ -215,7 +228,8 @@ def download(settings: ToolSettings, into: Path) -> Path:
             raise DataUnavailable(
                 f"tool: cannot download {settings.url}/{split}.parquet ({err}); download dataset/rlla_4k's "
                 "train.parquet and test.parquet once and set task_settings.tool.data.path "
-                "(or `vpo preprocess --task tool --set path=DIR`) to their directory") from None
+                "(or `vpo preprocess --task tool --set path=DIR`) to their directory"
+            ) from None
         tmp = target.with_suffix(".part")
         tmp.write_bytes(data)
         tmp.replace(target)
@@ -249,17 +263,28 @@ class ToolTask(ResponseSlotTask):
             fields = {"request": next((t["content"] for t in reversed(turns) if t["role"] == "user"), "")}
             raw = str(record["reward_model"]["ground_truth"])
             parsed = parse_response(raw)
-            truth = {"tool_calls_json": json.dumps(parsed["calls"]), "response_text": parsed["response"],
-                     "think_text": parsed["think"], "raw_gt": raw, "num_tool_calls": len(parsed["calls"])}
-            out.append({
-                "data_source": self.data_source,
-                "prompt": turns,
-                "ability": "tool_use",
-                "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {"split": split, "index": i, "task_id": f"tool-{split}-{i}",
-                               "source_idx": int((record.get("extra_info") or {}).get("index", i)),
-                               "prompt_fields": json.dumps(fields)},
-            })
+            truth = {
+                "tool_calls_json": json.dumps(parsed["calls"]),
+                "response_text": parsed["response"],
+                "think_text": parsed["think"],
+                "raw_gt": raw,
+                "num_tool_calls": len(parsed["calls"]),
+            }
+            out.append(
+                {
+                    "data_source": self.data_source,
+                    "prompt": turns,
+                    "ability": "tool_use",
+                    "reward_model": {"style": "rule", "ground_truth": truth},
+                    "extra_info": {
+                        "split": split,
+                        "index": i,
+                        "task_id": f"tool-{split}-{i}",
+                        "source_idx": int((record.get("extra_info") or {}).get("index", i)),
+                        "prompt_fields": json.dumps(fields),
+                    },
+                }
+            )
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -269,10 +294,14 @@ class ToolTask(ResponseSlotTask):
         source = Path(s.path).expanduser() if s.path else download(s, Path(out_dir) / ".download")
         files = local_files("tool", source, {"train": "train.parquet", "test": "test.parquet"})
         records = {split: pd.read_parquet(path).to_dict("records") for split, path in files.items()}
-        return (write_parquet_atomic(self.rows("train", records["train"][: s.train_size]),
-                                     os.path.join(out_dir, "train.parquet")),
-                write_parquet_atomic(self.rows("test", records["test"][: s.test_size]),
-                                     os.path.join(out_dir, "test.parquet")))
+        return (
+            write_parquet_atomic(
+                self.rows("train", records["train"][: s.train_size]), os.path.join(out_dir, "train.parquet")
+            ),
+            write_parquet_atomic(
+                self.rows("test", records["test"][: s.test_size]), os.path.join(out_dir, "test.parquet")
+            ),
+        )
 
     # -- answers
     def parses(self, text: str) -> bool:
@@ -285,10 +314,12 @@ class ToolTask(ResponseSlotTask):
         return [(APPEND, "\n\n" + self.multi_format(m))]
 
     def multi_format(self, m: int) -> str:
-        return (f"Additional instruction, replacing the single-attempt output format above: give {m} genuinely "
-                f"different attempts (different tools, arguments or reasoning, not paraphrases), each in its own "
-                f"block <response_1></response_1> to <response_{m}></response_{m}>. Inside each block follow "
-                "the output format of the system prompt: <think>, then <tool_call> and/or <response>.")
+        return (
+            f"Additional instruction, replacing the single-attempt output format above: give {m} genuinely "
+            f"different attempts (different tools, arguments or reasoning, not paraphrases), each in its own "
+            f"block <response_1></response_1> to <response_{m}></response_{m}>. Inside each block follow "
+            "the output format of the system prompt: <think>, then <tool_call> and/or <response>."
+        )
 
     # -- warm-start demonstrations (CPU trainer only)
     def demonstration(self, row: dict[str, Any], rng: Any, n_answers: int) -> str:

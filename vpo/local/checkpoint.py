@@ -73,8 +73,9 @@ def checkpoint_steps(checkpoint_root: str | os.PathLike) -> list[int]:
     return sorted(steps)
 
 
-def save_checkpoint(checkpoint_root, step: int, model, tokenizer, optimizer, np_rng, *, record: dict[str, Any],
-                    keep: int = 2) -> Path:
+def save_checkpoint(
+    checkpoint_root, step: int, model, tokenizer, optimizer, np_rng, *, record: dict[str, Any], keep: int = 2
+) -> Path:
     """Write `step_<step>` (with `record`) atomically, then delete all but the newest `keep` checkpoints."""
     import torch
 

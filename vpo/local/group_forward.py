@@ -20,8 +20,18 @@ V vocabulary, H hidden size.
 from __future__ import annotations
 
 
-def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, response_ids, response_mask, *,
-                            temperature: float = 1.0, with_entropy: bool = False, buckets: int = 3):
+def group_response_logprobs(
+    model,
+    prompt_ids,
+    prompt_attention,
+    group_of,
+    response_ids,
+    response_mask,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    buckets: int = 3,
+):
     """Log-probabilities (B, R) of the response tokens, and entropies (B, R) if asked (else None).
 
     prompt_ids, prompt_attention: (G, P) long, left-padded; group_of: (B,) long, the prompt row of each
@@ -41,8 +51,12 @@ def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, respo
     lengths = response_mask.sum(1)
     order = torch.argsort(lengths, stable=True)
     rows = [part for part in order.tensor_split(buckets) if len(part)]
-    parts = [_ResponseRows(dims, prompt_attention, group_of[r], response_ids[r], response_mask[r],
-                           max(int(lengths[r].max()), 1)) for r in rows]
+    parts = [
+        _ResponseRows(
+            dims, prompt_attention, group_of[r], response_ids[r], response_mask[r], max(int(lengths[r].max()), 1)
+        )
+        for r in rows
+    ]
     hidden_p = model.model.embed_tokens(prompt_ids)
     for part in parts:
         part.hidden = model.model.embed_tokens(part.ids)
@@ -52,8 +66,9 @@ def group_response_logprobs(model, prompt_ids, prompt_attention, group_of, respo
             q_r, k_r, v_r = attention_inputs(layer, dims, part.hidden, part.cos, part.sin)
             keys = torch.cat([k_p[part.group_of], k_r], dim=2)
             values = torch.cat([v_p[part.group_of], v_r], dim=2)
-            part.hidden = mlp_residual(layer, dims, part.hidden + attention_output(layer, dims, q_r, keys, values,
-                                                                                   part.mask))
+            part.hidden = mlp_residual(
+                layer, dims, part.hidden + attention_output(layer, dims, q_r, keys, values, part.mask)
+            )
         hidden_p = mlp_residual(layer, dims, hidden_p + attention_output(layer, dims, q_p, k_p, v_p, mask_p))
 
     width = response_ids.shape[1]
@@ -78,11 +93,20 @@ class _ResponseRows:
         self.cos, self.sin = rotary_tables(dims, positions)
         causal = torch.ones((width, width), dtype=torch.bool).tril()
         real = mask[:, :width].bool()
-        allowed = torch.cat([prompt_attention.bool()[group_of][:, None, None, :].expand(batch, 1, width, width_p),
-                             causal[None, None] & real[:, None, None, :]], dim=-1)
+        allowed = torch.cat(
+            [
+                prompt_attention.bool()[group_of][:, None, None, :].expand(batch, 1, width, width_p),
+                causal[None, None] & real[:, None, None, :],
+            ],
+            dim=-1,
+        )
         # a pad query attends to itself only (its output is never read; a row with no key would be NaN)
-        allowed = allowed | torch.cat([torch.zeros((width, width_p), dtype=torch.bool),
-                                       torch.eye(width, dtype=torch.bool)], dim=-1)[None, None]
+        allowed = (
+            allowed
+            | torch.cat([torch.zeros((width, width_p), dtype=torch.bool), torch.eye(width, dtype=torch.bool)], dim=-1)[
+                None, None
+            ]
+        )
         self.mask = additive(allowed)
         self.hidden = None
 
@@ -124,8 +148,8 @@ class StepBatch:
         self.responses = torch.full((len(response_ids), width), pad_id, dtype=torch.long)
         self.mask = torch.zeros((len(response_ids), width))
         for row, ids in enumerate(response_ids):
-            self.responses[row, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
-            self.mask[row, :len(ids)] = 1.0
+            self.responses[row, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+            self.mask[row, : len(ids)] = 1.0
 
     def logprobs(self, model, *, groups: slice = slice(None), temperature: float = 1.0, with_entropy: bool = False):
         """`group_response_logprobs` of the responses of prompts[groups] (whole groups, padding trimmed):
@@ -136,6 +160,12 @@ class StepBatch:
         first = int(attention.any(0).float().argmax())  # columns that are padding in every prompt go
         width = max(int(self.mask[rows].sum(1).max()), 1)
         return group_response_logprobs(
-            model, self.prompts[start:stop, first:], attention[:, first:], self.group_of[rows] - start,
-            self.responses[rows, :width], self.mask[rows, :width], temperature=temperature,
-            with_entropy=with_entropy)
+            model,
+            self.prompts[start:stop, first:],
+            attention[:, first:],
+            self.group_of[rows] - start,
+            self.responses[rows, :width],
+            self.mask[rows, :width],
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 from vpo.atomic import atomic_dir
+
 # CHAT_TEMPLATE is rendered by `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`
 from vpo.tiny_llama import CHAT_TEMPLATE, TinyModelSettings
 
@@ -24,8 +25,9 @@ TAG_PATTERN = re.compile(r"</?[A-Za-z_]+(?:_\d+)?>")
 CUT_PATTERN = re.compile(r"(?:</?[A-Za-z_]+(?:_\d+)?>|\d+)")
 
 
-def frequent_phrases(prompts: Sequence[str], response_words: set[str], *, min_share: float = 0.2,
-                     min_words: int = 3) -> list[str]:
+def frequent_phrases(
+    prompts: Sequence[str], response_words: set[str], *, min_share: float = 0.2, min_words: int = 3
+) -> list[str]:
     """Fixed instruction fragments shared by many prompts, to become single tokens.
 
     Each line is cut at numbers and tags; a fragment of at least `min_words` words that occurs in
@@ -45,8 +47,11 @@ def frequent_phrases(prompts: Sequence[str], response_words: set[str], *, min_sh
             for piece in CUT_PATTERN.split(line):
                 piece = piece.strip()
                 words = [w for w, _ in pre.pre_tokenize_str(piece)]
-                if (len(words) >= min_words and not set(words) <= response_words
-                        and any(len(w) >= 3 and w.isalpha() for w in words)):
+                if (
+                    len(words) >= min_words
+                    and not set(words) <= response_words
+                    and any(len(w) >= 3 and w.isalpha() for w in words)
+                ):
                     fragments.add(piece)
         seen.update(fragments)
     threshold = max(2, min_share * len(prompts))
@@ -54,8 +59,9 @@ def frequent_phrases(prompts: Sequence[str], response_words: set[str], *, min_sh
     return sorted((p for p, c in seen.items() if c >= threshold), key=lambda p: (-len(p), p))
 
 
-def build_tokenizer(corpus: Iterable[str], *, min_count: int = 1, extra_tokens: Iterable[str] = (),
-                    phrases: Sequence[str] = ()):
+def build_tokenizer(
+    corpus: Iterable[str], *, min_count: int = 1, extra_tokens: Iterable[str] = (), phrases: Sequence[str] = ()
+):
     """A word-level `PreTrainedTokenizerFast` whose vocabulary is every word of `corpus`.
 
     Words are whitespace/punctuation-split and digits are single tokens, so numbers such as goal
@@ -83,15 +89,26 @@ def build_tokenizer(corpus: Iterable[str], *, min_count: int = 1, extra_tokens: 
     tokenizer.add_tokens([AddedToken(t, single_word=False, normalized=False) for t in sorted(tags)])
     tokenizer.add_tokens([AddedToken(p, single_word=False, normalized=False) for p in phrases])
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK,
+        tokenizer_object=tokenizer,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
         padding_side="left",
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
-def build_model(vocab_size: int, settings: TinyModelSettings, *, pad_token_id: int, bos_token_id: int,
-                eos_token_id: int, seed: int = 0):
+def build_model(
+    vocab_size: int,
+    settings: TinyModelSettings,
+    *,
+    pad_token_id: int,
+    bos_token_id: int,
+    eos_token_id: int,
+    seed: int = 0,
+):
     """A randomly initialised `LlamaForCausalLM` of the given size (deterministic for a seed)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -84,13 +84,23 @@ def policy_update(policy, optimizer, batch, advantages, reference_logp, settings
     stats = {"pg_loss": [], "kl": [], "entropy": [], "clipfrac": [], "ppo_kl": [], "grad_norm": []}
     for mb in range(settings.ppo_mini_batches):
         rows = slice(mb * per_mb, (mb + 1) * per_mb)
-        logp, entropy = batch.logprobs(policy, groups=slice(mb * groups_per_mb, (mb + 1) * groups_per_mb),
-                                       temperature=settings.temperature, with_entropy=True)
+        logp, entropy = batch.logprobs(
+            policy,
+            groups=slice(mb * groups_per_mb, (mb + 1) * groups_per_mb),
+            temperature=settings.temperature,
+            with_entropy=True,
+        )
         width = logp.shape[1]
         mb_mask = mask[rows, :width]
-        old_logp = logp.detach() if mb == 0 else later_logp[rows.start - per_mb:rows.stop - per_mb, :width]
-        pg_loss, clipfrac, ppo_kl = ppo_clip_loss(logp, old_logp, advantages[rows], mb_mask,
-                                                  clip_ratio=settings.clip_ratio, clip_ratio_c=settings.clip_ratio_c)
+        old_logp = logp.detach() if mb == 0 else later_logp[rows.start - per_mb : rows.stop - per_mb, :width]
+        pg_loss, clipfrac, ppo_kl = ppo_clip_loss(
+            logp,
+            old_logp,
+            advantages[rows],
+            mb_mask,
+            clip_ratio=settings.clip_ratio,
+            clip_ratio_c=settings.clip_ratio_c,
+        )
         kl = masked_mean(low_var_kl(logp, reference_logp[rows, :width]), mb_mask)
         mean_entropy = masked_mean(entropy, mb_mask)
         loss = pg_loss + settings.kl_coef * kl

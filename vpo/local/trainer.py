@@ -54,7 +54,7 @@ def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
     per_epoch = n_rows // batch  # drop_last, as veRL's dataloader
     epoch, slot = divmod(step - 1, per_epoch)
     order = np.random.default_rng([seed, 0, epoch]).permutation(n_rows)
-    return [int(i) for i in order[slot * batch:(slot + 1) * batch]]
+    return [int(i) for i in order[slot * batch : (slot + 1) * batch]]
 
 
 def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float | None = 1.0) -> list[dict]:
@@ -67,8 +67,10 @@ def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
     """compute_score of every rollout (its score, sub_scores, channels, acc and num_answers)."""
     from vpo.reward import compute_score
 
-    return [compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
-            for row, text in zip(rows, texts)]
+    return [
+        compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
+        for row, text in zip(rows, texts)
+    ]
 
 
 def check_base_model(spec: RunSpec, method, m: int) -> None:
@@ -76,12 +78,16 @@ def check_base_model(spec: RunSpec, method, m: int) -> None:
     base = Path(spec.base_model)
     built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
     if built.get("mode", method.prompt) != method.prompt:
-        raise ValueError(f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
-                         f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
-                         f"(vpo base-model --mode {method.prompt})")
+        raise ValueError(
+            f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
+            f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
+            f"(vpo base-model --mode {method.prompt})"
+        )
     if method.prompt == "multi" and built.get("m", m) != m:
-        raise ValueError(f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
-                         f"build its base with `vpo base-model --mode multi --m {m}`")
+        raise ValueError(
+            f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
+            f"build its base with `vpo base-model --mode multi --m {m}`"
+        )
 
 
 @dataclass
@@ -126,8 +132,14 @@ class Learner:
         batch = StepBatch(prompts, responses, n, tokenizer.pad_token_id)
         mask = batch.mask
         advantages, diagnostics = advantage_for_method(
-            self.method, scores=scores, sub_scores=subs, group_ids=group_ids, settings=self.method_settings,
-            rng=self.rng, response_lengths=mask.sum(1).numpy())
+            self.method,
+            scores=scores,
+            sub_scores=subs,
+            group_ids=group_ids,
+            settings=self.method_settings,
+            rng=self.rng,
+            response_lengths=mask.sum(1).numpy(),
+        )
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
         with torch.no_grad():
             ref_logp, _ = batch.logprobs(self.reference, temperature=cfg.temperature)
@@ -174,16 +186,21 @@ def load_models(spec: RunSpec, method, m: int) -> Models:
     from vpo.llama_sampler import supports
 
     check_base_model(spec, method, m)
-    rows = prepare_rows(read_rows(spec.data_dir, "train"), spec.method, m, spec.seed,
-                        alpha=spec.method_settings.get("alpha"))
+    rows = prepare_rows(
+        read_rows(spec.data_dir, "train"), spec.method, m, spec.seed, alpha=spec.method_settings.get("alpha")
+    )
     policy, tokenizer = load_pretrained(spec.base_model)
     reference, _ = load_pretrained(spec.base_model)
     reference.eval().requires_grad_(False)
     if not supports(policy):
-        raise ValueError(f"{spec.base_model} is not a float32 Llama as `vpo base-model` builds it: the local "
-                         "trainer's forward (vpo/local/group_forward.py) computes only that network")
-    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"]
-                  for t in render_prompts(tokenizer, [r["prompt"] for r in rows])]
+        raise ValueError(
+            f"{spec.base_model} is not a float32 Llama as `vpo base-model` builds it: the local "
+            "trainer's forward (vpo/local/group_forward.py) computes only that network"
+        )
+    prompt_ids = [
+        tokenizer(t, add_special_tokens=False)["input_ids"]
+        for t in render_prompts(tokenizer, [r["prompt"] for r in rows])
+    ]
     max_new = spec.settings.max_new_tokens_for(method.prompt)
     longest = max(len(p) for p in prompt_ids) + max_new
     if longest > policy.config.max_position_embeddings:
@@ -200,7 +217,10 @@ def run_record(spec: RunSpec, m: int) -> dict:
 
     base = Path(spec.base_model)
     return {
-        "config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
+        "config_hash": spec.config_hash,
+        "method": spec.method,
+        "seed": int(spec.seed),
+        "m": int(m),
         "base_model": file_digest(base / "model.safetensors"),
         "base_build": file_digest(base / "base.json") if (base / "base.json").is_file() else None,
         "data": file_digest(Path(spec.data_dir) / "train.parquet"),
@@ -232,7 +252,6 @@ def train_local(spec: RunSpec) -> dict:
     import torch
 
     from vpo import tracking
-    from vpo.generate import SamplingSettings
     from vpo.local.model import save_pretrained_atomic
     from vpo.local.rl import optimizer_for
     from vpo.methods import get_method
@@ -253,13 +272,8 @@ def train_local(spec: RunSpec) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ckpt.truncate_metrics(metrics_path, start_step)
     models.policy.train()
-    tracker = tracking.start_run(spec.wandb, task=spec.task, method=spec.method, seed=spec.seed, out_dir=out,
-                                 config={"method_settings": spec.method_settings, "m": m, "preset": spec.preset,
-                                         "config_hash": spec.config_hash, **cfg.to_dict()})
-    sampling = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=models.max_new_tokens,
-                                seed=None)
-    learner = Learner(models.policy, models.reference, optimizer, models.tokenizer, models.rows, models.prompt_ids,
-                      method, task, cfg, spec.method_settings, sampling, np_rng)
+    tracker = start_tracking(spec, m, out)
+    learner = learner_for(spec, models, optimizer, method, task, np_rng)
     t_run = time.time()
     progress = Progress(cfg.steps, "step", start_done=start_step)
     for step in range(start_step + 1, cfg.steps + 1):
@@ -268,11 +282,63 @@ def train_local(spec: RunSpec) -> dict:
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(metrics) + "\n")
         tracking.log_step(tracker, metrics, step)
-        progress.update(step, f"score {metrics['score_mean']:.3f} diversity {metrics['pool_diversity']:.3f} "
-                              f"{metrics['step_s']:.2f} s/step")
+        progress.update(
+            step,
+            f"score {metrics['score_mean']:.3f} diversity {metrics['pool_diversity']:.3f} "
+            f"{metrics['step_s']:.2f} s/step",
+        )
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            ckpt.save_checkpoint(ckpt_root, step, models.policy, models.tokenizer, optimizer, np_rng, record=record,
-                                 keep=cfg.keep_checkpoints)
+            ckpt.save_checkpoint(
+                ckpt_root,
+                step,
+                models.policy,
+                models.tokenizer,
+                optimizer,
+                np_rng,
+                record=record,
+                keep=cfg.keep_checkpoints,
+            )
     save_pretrained_atomic(models.policy, models.tokenizer, ckpt_root / "final")
     tracking.finish(tracker)
     return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
+
+
+def start_tracking(spec: RunSpec, m: int, out: Path):
+    """The cell's W&B run (none when wandb.mode is disabled), with the run's settings as its config."""
+    from vpo import tracking
+
+    config = {
+        "method_settings": spec.method_settings,
+        "m": m,
+        "preset": spec.preset,
+        "config_hash": spec.config_hash,
+        **spec.settings.to_dict(),
+    }
+    return tracking.start_run(
+        spec.wandb, task=spec.task, method=spec.method, seed=spec.seed, out_dir=out, config=config
+    )
+
+
+def learner_for(spec: RunSpec, models: Models, optimizer, method, task, np_rng) -> Learner:
+    """The run's Learner: the models and optimizer given, rollouts sampled at the settings' temperature
+    and top-p up to the prompt form's token limit, batches drawn from np_rng."""
+    from vpo.generate import SamplingSettings
+
+    cfg = spec.settings
+    sampling = SamplingSettings(
+        temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=models.max_new_tokens, seed=None
+    )
+    return Learner(
+        models.policy,
+        models.reference,
+        optimizer,
+        models.tokenizer,
+        models.rows,
+        models.prompt_ids,
+        method,
+        task,
+        cfg,
+        spec.method_settings,
+        sampling,
+        np_rng,
+    )

@@ -97,7 +97,8 @@ def seed_statistics(frame: pd.DataFrame, keys: list[str], value: str, seed: str)
     """Per `keys` group: mean, standard error (std with ddof=1 over sqrt(n); NaN for one value, never 0)
     and the number of seeds of column `value`. Groups with a NaN key (k of scalar metrics) are kept."""
     stats = frame.groupby(keys, dropna=False, sort=True).agg(
-        mean=(value, "mean"), stderr=(value, "sem"), n_seeds=(seed, "nunique"))
+        mean=(value, "mean"), stderr=(value, "sem"), n_seeds=(seed, "nunique")
+    )
     return stats.reset_index()
 
 
@@ -130,9 +131,14 @@ def provenance_record(paths: Iterable[str | os.PathLike]) -> dict:
     for path in paths:
         payload = json.loads(Path(path).read_text())
         name = f"{payload.get('task')}/{payload.get('method')}/seed{payload.get('train_seed')}/evalseed{payload.get('eval_seed')}"
-        results[name] = {"evaluation": payload.get("provenance") or {}, "training": payload.get("training_provenance") or {}}
-    every = {**{f"{n} (evaluation)": r["evaluation"] for n, r in results.items()},
-             **{f"{n} (training)": r["training"] for n, r in results.items() if r["training"]}}
+        results[name] = {
+            "evaluation": payload.get("provenance") or {},
+            "training": payload.get("training_provenance") or {},
+        }
+    every = {
+        **{f"{n} (evaluation)": r["evaluation"] for n, r in results.items()},
+        **{f"{n} (training)": r["training"] for n, r in results.items() if r["training"]},
+    }
     return {"aggregate": collect(), "results": results, "mixed": summarize(every)}
 
 
@@ -140,8 +146,9 @@ def provenance_record(paths: Iterable[str | os.PathLike]) -> dict:
 POOL_QUALITY = ("hypervolume", "expected_utility", "nondominated", "diversity")  # per problem, k empty
 
 
-def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[int], eval_seed: int,
-                   hv_reference: float = 0.0) -> pd.DataFrame:
+def problem_scores(
+    frame: pd.DataFrame, objective_names: list[str], *, ks: list[int], eval_seed: int, hv_reference: float = 0.0
+) -> pd.DataFrame:
     """One candidate frame (`vpo eval`'s parquet) -> rows problem, metric, k, value: best@k and pass@k
     at each k of `ks` (capped at the pool size) and the POOL_QUALITY metrics (k NaN; the hypervolume
     against the point hv_reference in every objective). Expected utility uses the evaluation's own
@@ -153,15 +160,20 @@ def problem_scores(frame: pd.DataFrame, objective_names: list[str], *, ks: list[
     for problem, pool in frame.groupby("problem", sort=True):
         scalars, n, correct = pool["scalar"].to_numpy(float), len(pool), int(pool["correct"].sum())
         for k in sorted({min(k, n) for k in ks}):
-            rows += [(problem, "best_at_k", k, best_at_k(scalars, k)), (problem, "pass_at_k", k, pass_at_k(n, correct, k))]
+            rows += [
+                (problem, "best_at_k", k, best_at_k(scalars, k)),
+                (problem, "pass_at_k", k, pass_at_k(n, correct, k)),
+            ]
         dims = int(pool["k"].iloc[0])  # the problem's own number of objectives
         if dims not in weights:
             weights[dims] = eval_weights(dims, eval_seed)
         vectors = pool[objective_names[:dims]].to_numpy(float)
-        rows += [(problem, "hypervolume", np.nan, hypervolume(vectors, hv_reference)),
-                 (problem, "expected_utility", np.nan, expected_best_of_m(vectors, weights[dims])),
-                 (problem, "nondominated", np.nan, float(len(nondominated_distinct(vectors)))),
-                 (problem, "diversity", np.nan, diversity(vectors))]
+        rows += [
+            (problem, "hypervolume", np.nan, hypervolume(vectors, hv_reference)),
+            (problem, "expected_utility", np.nan, expected_best_of_m(vectors, weights[dims])),
+            (problem, "nondominated", np.nan, float(len(nondominated_distinct(vectors)))),
+            (problem, "diversity", np.nan, diversity(vectors)),
+        ]
     return pd.DataFrame.from_records(rows, columns=["problem", "metric", "k", "value"])
 
 
@@ -177,11 +189,24 @@ def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int], hv_ref
         try:
             frame = pd.read_parquet(path)
         except Exception as err:
-            raise ValueError(f"{path}: cannot read the evaluation pool ({err}); rerun `vpo eval` for this cell") from None
-        scores = problem_scores(frame, resolve(meta["task"]).objective_names, ks=ks, eval_seed=int(meta["eval_seed"]),
-                                hv_reference=hv_reference)
-        frames.append(scores.assign(task=meta["task"], method=meta["method"], train_seed=int(meta["train_seed"]),
-                                    eval_seed=int(meta["eval_seed"])))
+            raise ValueError(
+                f"{path}: cannot read the evaluation pool ({err}); rerun `vpo eval` for this cell"
+            ) from None
+        scores = problem_scores(
+            frame,
+            resolve(meta["task"]).objective_names,
+            ks=ks,
+            eval_seed=int(meta["eval_seed"]),
+            hv_reference=hv_reference,
+        )
+        frames.append(
+            scores.assign(
+                task=meta["task"],
+                method=meta["method"],
+                train_seed=int(meta["train_seed"]),
+                eval_seed=int(meta["eval_seed"]),
+            )
+        )
     if not frames:
         raise ValueError("no evaluation pools given")
     rows = pd.concat(frames, ignore_index=True)
@@ -222,8 +247,10 @@ def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float, float]
         point = parse_metrics_line(record)
         if point is not None:
             if points and point[0] <= points[-1][0]:  # two writers, or a resume that did not truncate
-                raise ValueError(f"{path}:{number}: step {point[0]} after step {points[-1][0]}; the steps of a "
-                                 "metrics file must increase. Retrain the cell (snakemake -f <cell>/train.json)")
+                raise ValueError(
+                    f"{path}:{number}: step {point[0]} after step {points[-1][0]}; the steps of a "
+                    "metrics file must increase. Retrain the cell (snakemake -f <cell>/train.json)"
+                )
             points.append(point)
     return points
 
@@ -234,8 +261,10 @@ def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
     for marker in markers:
         marker = Path(marker)
         if not marker.exists():
-            raise FileNotFoundError(f"{marker} is missing: the cell has not finished training (or a training "
-                                    "has just started over it); rerun when it has")
+            raise FileNotFoundError(
+                f"{marker} is missing: the cell has not finished training (or a training "
+                "has just started over it); rerun when it has"
+            )
         info = read_json_object(marker)
         metrics_path = marker.with_name("metrics.jsonl")
         if not metrics_path.exists():
@@ -262,15 +291,19 @@ def aggregate_evolve(summaries: Iterable[str | os.PathLike]) -> pd.DataFrame:
     for path in summaries:
         meta = read_json_object(path)
         scores = pd.read_parquet(Path(path).with_name("scores.parquet"))
-        per_iteration = scores.groupby("iteration").agg(solved=("solved", "sum"), mean_best=("best_score", "mean"),
-                                                        n_problems=("problem", "nunique"))
-        per_seed.append(per_iteration.reset_index().assign(task=meta["task"], method=meta["method"],
-                                                           train_seed=meta["train_seed"]))
+        per_iteration = scores.groupby("iteration").agg(
+            solved=("solved", "sum"), mean_best=("best_score", "mean"), n_problems=("problem", "nunique")
+        )
+        per_seed.append(
+            per_iteration.reset_index().assign(task=meta["task"], method=meta["method"], train_seed=meta["train_seed"])
+        )
     if not per_seed:
         raise ValueError("no search results given")
     frame = pd.concat(per_seed, ignore_index=True).melt(
-        id_vars=["task", "method", "train_seed", "iteration", "n_problems"], value_vars=["solved", "mean_best"],
-        var_name="metric")
+        id_vars=["task", "method", "train_seed", "iteration", "n_problems"],
+        value_vars=["solved", "mean_best"],
+        var_name="metric",
+    )
     stats = seed_statistics(frame, ["task", "method", "iteration", "metric"], "value", "train_seed")
     problems = frame.groupby(["task", "method", "iteration", "metric"])["n_problems"].max().to_numpy()
     return stats.assign(n_problems=problems.astype(int))
@@ -294,10 +327,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     training.add_argument("--out", required=True, help="CSV to write (" + ", ".join(TRAINING_COLUMNS) + ")")
     training.add_argument("markers", nargs="+", help="train.json of each cell; metrics.jsonl is read next to it")
     problems = sub.add_parser("problems", help="evaluation pools -> per_problem.csv (best@k, pass@k, pool quality)")
-    problems.add_argument("--out", required=True, help="CSV to write (task, method, train_seed, problem, metric, k, value)")
+    problems.add_argument(
+        "--out", required=True, help="CSV to write (task, method, train_seed, problem, metric, k, value)"
+    )
     problems.add_argument("--ks", required=True, help="comma-separated k of best@k and pass@k, e.g. 1,10,30")
-    problems.add_argument("--hv-reference", type=float, default=0.0,
-                          help="the hypervolume's reference point, the same in every objective (default 0)")
+    problems.add_argument(
+        "--hv-reference",
+        type=float,
+        default=0.0,
+        help="the hypervolume's reference point, the same in every objective (default 0)",
+    )
     problems.add_argument("pools", nargs="+", help="evalseed{e}.parquet of every cell; its .json beside it")
     evolve = sub.add_parser("evolve", help="evolve/summary.json of each cell -> search curves CSV")
     evolve.add_argument("--out", required=True, help="CSV to write (task, method, iteration, metric, mean, stderr)")

@@ -34,8 +34,12 @@ class Claim:
 
 
 CLAIMS = (
-    Claim("VPO's evaluation pools are the most diverse (mean pairwise L1 distance of the reward vectors)",
-          "diversity", None, "above"),
+    Claim(
+        "VPO's evaluation pools are the most diverse (mean pairwise L1 distance of the reward vectors)",
+        "diversity",
+        None,
+        "above",
+    ),
     Claim("VPO gains the most from more candidates (best@budget minus best@1)", "gain", None, "above"),
     Claim("VPO is the lowest at best@1", "best_at_k", 1, "below"),
 )
@@ -53,8 +57,9 @@ def training_trend(training: pd.DataFrame, method: str) -> pd.DataFrame:
     rows = []
     for (task, seed), curve in training[training.method == method].groupby(["task", "seed"], sort=True):
         curve = curve.sort_values("step").pool_diversity
-        rows.append({"task": task, "seed": seed, "start": curve.head(FIRST_STEPS).mean(),
-                     "end": curve.tail(LAST_STEPS).mean()})
+        rows.append(
+            {"task": task, "seed": seed, "start": curve.head(FIRST_STEPS).mean(), "end": curve.tail(LAST_STEPS).mean()}
+        )
     return pd.DataFrame(rows, columns=["task", "seed", "start", "end"])
 
 
@@ -65,8 +70,9 @@ def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim
     if claim.metric != "gain":
         return score_matrix(per_problem, task, method, claim.metric, np.nan if claim.k is None else claim.k)
     budget = per_problem[(per_problem.task == task) & (per_problem.metric == "best_at_k")].k.max()
-    return (score_matrix(per_problem, task, method, "best_at_k", budget)
-            - score_matrix(per_problem, task, method, "best_at_k", 1))
+    return score_matrix(per_problem, task, method, "best_at_k", budget) - score_matrix(
+        per_problem, task, method, "best_at_k", 1
+    )
 
 
 def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int = REPS, seed: int = 0) -> pd.DataFrame:
@@ -80,7 +86,9 @@ def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int 
             raise ValueError(f"per_problem.csv has no {reference!r} rows for task {task!r}: the claims compare it")
         mine = claim_matrix(per_problem, task, reference, claim)
         for other in (m for m in methods if m != reference):
-            p, low, high = improvement_interval(mine, claim_matrix(per_problem, task, other, claim), reps=reps, seed=seed)
+            p, low, high = improvement_interval(
+                mine, claim_matrix(per_problem, task, other, claim), reps=reps, seed=seed
+            )
             holds = low > 0.5 if claim.side == "above" else high < 0.5
             rows.append({"task": task, "other": other, "probability": p, "low": low, "high": high, "holds": holds})
     return pd.DataFrame(rows, columns=["task", "other", "probability", "low", "high", "holds"])
@@ -116,21 +124,27 @@ def numbers(summary: pd.DataFrame, evolve: pd.DataFrame | None, training: pd.Dat
                 return f"{row['mean'].iloc[0]:.3f} ({row['stderr'].iloc[0]:.3f})"
 
             n = int(mine.n_seeds.max())
-            lines.append(f"  {method:12} best@1 {value('best_at_k', 1)}  best@{budget} {value('best_at_k', budget)}  "
-                         f"pool diversity {value('diversity')}  seeds {n}")
+            lines.append(
+                f"  {method:12} best@1 {value('best_at_k', 1)}  best@{budget} {value('best_at_k', budget)}  "
+                f"pool diversity {value('diversity')}  seeds {n}"
+            )
     if training is not None and len(training):
         for (task, method), rows in training.groupby(["task", "method"], sort=False):
             first, last = rows.step.min(), rows.step.max()
             start, end = (rows[rows.step == step].pool_diversity.mean() for step in (first, last))
-            lines.append(f"{task} training, {method}: pool diversity {start:.2f} at step {int(first)}, "
-                         f"{end:.2f} at step {int(last)} (mean over {rows.seed.nunique()} seeds)")
+            lines.append(
+                f"{task} training, {method}: pool diversity {start:.2f} at step {int(first)}, "
+                f"{end:.2f} at step {int(last)} (mean over {rows.seed.nunique()} seeds)"
+            )
     if evolve is not None and len(evolve):
         solved = evolve[evolve.metric == "solved"]
         for task, rows in solved.groupby("task", sort=True):
             last = rows[rows.iteration == rows.iteration.max()]
             n = int(last.n_problems.max())
             text = ", ".join(f"{r.method} {r.mean:.1f}" for r in last.itertuples())
-            lines.append(f"{task} evolutionary search, problems solved of {n} at iteration {int(rows.iteration.max())}: {text}")
+            lines.append(
+                f"{task} evolutionary search, problems solved of {n} at iteration {int(rows.iteration.max())}: {text}"
+            )
     return "\n".join(lines)
 
 
@@ -147,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
     needed = [agg / "summary.csv", agg / "per_problem.csv"]
     missing = [str(p) for p in needed if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"{', '.join(missing)} missing: run the preset first "
-                                f"(`snakemake --cores all` for the cpu default)")
+        raise FileNotFoundError(
+            f"{', '.join(missing)} missing: run the preset first (`snakemake --cores all` for the cpu default)"
+        )
     evolve_files = sorted(agg.glob("evolve_*.csv"))
     evolve = pd.concat([read_csv_table(p) for p in evolve_files]) if evolve_files else None
     training = read_csv_table(agg / "training_curves.csv") if (agg / "training_curves.csv").is_file() else None
@@ -161,15 +176,19 @@ def run(args: argparse.Namespace) -> int:
         failed += not ok
         print(f"{'holds' if ok else 'FAILS'}: {claim.text}")
         for row in result.itertuples():
-            print(f"    {row.task} vs {row.other}: P({args.reference} > {row.other}) {row.probability:.3f} "
-                  f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}")
+            print(
+                f"    {row.task} vs {row.other}: P({args.reference} > {row.other}) {row.probability:.3f} "
+                f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}"
+            )
     for method, way in TRAINING_CLAIMS if training is not None else ():
         trend = training_trend(training, method)
         change, bound = trend_bound(trend.end - trend.start, way)
         ok = bool(np.isfinite(bound)) and (bound < 0 if way == "falls" else bound > 0)
         failed += not ok
-        print(f"{'holds' if ok else 'FAILS'}: {method}'s batch pool diversity {way} during training (first "
-              f"{FIRST_STEPS} steps -> last {LAST_STEPS}): mean change {change:+.2f}, one-sided 95% bound {bound:+.2f}")
+        print(
+            f"{'holds' if ok else 'FAILS'}: {method}'s batch pool diversity {way} during training (first "
+            f"{FIRST_STEPS} steps -> last {LAST_STEPS}): mean change {change:+.2f}, one-sided 95% bound {bound:+.2f}"
+        )
         for row in trend.itertuples():
             print(f"    {row.task} seed {row.seed}: {row.start:.2f} -> {row.end:.2f}")
     total = len(CLAIMS) + (len(TRAINING_CLAIMS) if training is not None else 0)

@@ -15,53 +15,111 @@ from typing import Any, Callable
 import pandas as pd
 
 from vpo.report import interval_figures
+from vpo.report.mechanism_figures import mechanism_advantage, mechanism_bandit
 from vpo.report.aggregate import training_curve_stats
-from vpo.report.kit import (METHOD_ORDER, METRIC_LABELS, SEARCH_METRICS, SMOOTH_STEPS, draw_band, draw_curve_panel,
-                            draw_search_panel, finish, finish_default_note, max_width_in,
-                            method_style, panel_grid, seed_note, series_style, smooth, use_figure_fonts)
-from vpo.report.tables import lookup, method_label, task_label
+from vpo.report.kit import (
+    METRIC_LABELS,
+    SEARCH_METRICS,
+    SMOOTH_STEPS,
+    draw_band,
+    draw_curve_panel,
+    draw_search_panel,
+    finish,
+    finish_default_note,
+    max_width_in,
+    method_style,
+    panel_grid,
+    seed_note,
+    smooth,
+    use_figure_fonts,
+)
+from vpo.report.labels import method_label, task_label
+from vpo.report.tables import lookup
 
 
 # ---- main results ----------------------------------------------------------------------------
-def curves_by_k(summary: pd.DataFrame, metric: str, methods: list[str], tasks: list[str], out,
-                per_seed: pd.DataFrame | None = None, scale: str | None = None):
+def curves_by_k(
+    summary: pd.DataFrame,
+    metric: str,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    scale: str | None = None,
+):
     """pass@k or best@k against k: one panel per task, every method (all must be present).
     per_seed: aggregate's per_seed.csv, for drawing each seed when there are too few for a band."""
     fig, axes = panel_grid(len(tasks))
     n_seeds = set()
     for ax, task in zip(axes, tasks):
         n_seeds |= draw_curve_panel(ax, summary, metric, methods, task, per_seed)
-    finish(fig, axes, out, title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
-           n_seeds=n_seeds, note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
+    finish(
+        fig,
+        axes,
+        out,
+        title=METRIC_LABELS.get(metric, metric).split(" ")[0] + " by number of candidates",
+        n_seeds=n_seeds,
+        note=seed_note(n_seeds, per_seed_lines=per_seed is not None),
+        scale=scale,
+    )
     return fig
 
 
-def pass_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
-              per_seed: pd.DataFrame | None = None, scale: str | None = None):
+def pass_at_k(
+    *,
+    summary: pd.DataFrame,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    scale: str | None = None,
+):
     """Paper Fig. 2 (top): pass@k against k for `report.main_methods`, one panel per task."""
     return curves_by_k(summary, "pass_at_k", methods, tasks, out, per_seed, scale)
 
 
-def best_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
-              per_seed: pd.DataFrame | None = None, scale: str | None = None):
+def best_at_k(
+    *,
+    summary: pd.DataFrame,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    scale: str | None = None,
+):
     """Paper Fig. 2 (bottom): best@k (the task scalar) against k, one panel per task."""
     return curves_by_k(summary, "best_at_k", methods, tasks, out, per_seed, scale)
 
 
-def appendix_pass_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
-                       per_seed: pd.DataFrame | None = None, scale: str | None = None):
+def appendix_pass_at_k(
+    *,
+    summary: pd.DataFrame,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    scale: str | None = None,
+):
     """pass@k against k with every method of the grid (the appendix's baselines)."""
     return curves_by_k(summary, "pass_at_k", methods, tasks, out, per_seed, scale)
 
 
-def appendix_best_at_k(*, summary: pd.DataFrame, methods: list[str], tasks: list[str], out,
-                       per_seed: pd.DataFrame | None = None, scale: str | None = None):
+def appendix_best_at_k(
+    *,
+    summary: pd.DataFrame,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    scale: str | None = None,
+):
     """best@k against k with every method of the grid."""
     return curves_by_k(summary, "best_at_k", methods, tasks, out, per_seed, scale)
 
 
-def diversity_over_training(*, training: pd.DataFrame, methods: list[str], tasks: list[str], out,
-                            scale: str | None = None):
+def diversity_over_training(
+    *, training: pd.DataFrame, methods: list[str], tasks: list[str], out, scale: str | None = None
+):
     """Paper Fig. 4: pool diversity against training step, one panel per task, mean and band over seeds
     (training: aggregate's training_curves.csv)."""
     fig, axes = panel_grid(len(tasks))
@@ -70,13 +128,22 @@ def diversity_over_training(*, training: pd.DataFrame, methods: list[str], tasks
         n_seeds |= draw_training_panel(ax, training, "pool_diversity", methods, task)
         ax.set_title(task_label(task))
     note = seed_note(n_seeds, per_seed_lines=True) or finish_default_note(n_seeds)
-    finish(fig, axes, out, title="Pool diversity over training", n_seeds=n_seeds, scale=scale,
-           note=f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step")
+    finish(
+        fig,
+        axes,
+        out,
+        title="Pool diversity over training",
+        n_seeds=n_seeds,
+        scale=scale,
+        note=f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step",
+    )
     return fig
 
 
-TRAINING_LABELS = {"pool_diversity": "pool diversity (pairwise L1)",
-                   "advantage_draw_std": "advantage std over weight draws"}
+TRAINING_LABELS = {
+    "pool_diversity": "pool diversity (pairwise L1)",
+    "advantage_draw_std": "advantage std over weight draws",
+}
 
 
 def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str], task: str) -> set[int]:
@@ -90,11 +157,19 @@ def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str
             raise ValueError(f"no training curve of {column} for task={task} method={method}; is it logged?")
         n_seeds.add(int(rows.n_seeds.max()))
         mine = curves[(curves.task == task) & (curves.method == method)]
-        seeds = [(g.sort_values("step").step.to_numpy(), smooth(g.sort_values("step")[column].to_numpy()))
-                 for _, g in mine.groupby("seed")]
+        seeds = [
+            (g.sort_values("step").step.to_numpy(), smooth(g.sort_values("step")[column].to_numpy()))
+            for _, g in mine.groupby("seed")
+        ]
         ax.plot(rows.step, rows["mean"], ls="none", marker=".", ms=3, alpha=0.3, color=method_style(method)["color"])
-        draw_band(ax, rows.step.to_numpy(), smooth(rows["mean"].to_numpy()), smooth(rows.stderr.to_numpy()),
-                  method=method, seeds=seeds)
+        draw_band(
+            ax,
+            rows.step.to_numpy(),
+            smooth(rows["mean"].to_numpy()),
+            smooth(rows.stderr.to_numpy()),
+            method=method,
+            seeds=seeds,
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel(TRAINING_LABELS.get(column, column))
     ax.grid(alpha=0.3)
@@ -104,7 +179,7 @@ def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str
 # ---- ablations ---------------------------------------------------------------------------------
 ABLATION_TITLES = {
     "components": "Which part of VPO does the work: random scalarisation alone (random-weight GRPO), multi-answer "
-                  "generation alone (Multi-RLVR), VPO's score on one answer, and both (VPO)",
+    "generation alone (Multi-RLVR), VPO's score on one answer, and both (VPO)",
     "alpha": "VPO's Dirichlet concentration α (small: weights near the corners; large: near the centre)",
     "sampler": "VPO's weight sampler: i.i.d. Dirichlet against scrambled Sobol",
     "m": "Answers per rollout m (the pool stays at the same number of candidates)",
@@ -112,8 +187,18 @@ ABLATION_TITLES = {
 VALUE_LABELS = {"alpha": ("Dirichlet α", "log"), "m": ("answers per rollout m", "linear")}
 
 
-def ablation(*, summary: pd.DataFrame, training: pd.DataFrame, ablation: str, methods: list[str], tasks: list[str],
-             out, per_seed: pd.DataFrame | None = None, values: str | None = None, scale: str | None = None):
+def ablation(
+    *,
+    summary: pd.DataFrame,
+    training: pd.DataFrame,
+    ablation: str,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    values: str | None = None,
+    scale: str | None = None,
+):
     """An ablation (file ablation_{ablation}; config.yaml `ablations`): per task, best@k and pass@k against
     k and pool diversity over training; the sampler ablation adds the advantage's spread over weight draws
     during training (vpo/advantage_draw_std), and an ablation with `values` (JSON {method: its alpha or m})
@@ -126,7 +211,7 @@ def ablation(*, summary: pd.DataFrame, training: pd.DataFrame, ablation: str, me
     n_seeds = set()
     per_task = 3 + extra
     for t, task in enumerate(tasks):
-        row = axes[t * per_task:(t + 1) * per_task]
+        row = axes[t * per_task : (t + 1) * per_task]
         for ax, metric in zip(row, ("best_at_k", "pass_at_k")):
             n_seeds |= draw_curve_panel(ax, summary, metric, methods, task, per_seed)
             ax.set_title(f"{task_label(task)}: {METRIC_LABELS[metric].split(' ')[0]}")
@@ -137,8 +222,15 @@ def ablation(*, summary: pd.DataFrame, training: pd.DataFrame, ablation: str, me
             row[3].set_title(f"{task_label(task)}: Monte Carlo noise of the advantage")
         elif setting:
             draw_setting_panel(row[3], summary, setting, task, *VALUE_LABELS.get(ablation, (ablation, "linear")))
-    finish(fig, axes, out, title=ABLATION_TITLES.get(ablation, f"Ablation: {ablation}"), n_seeds=n_seeds,
-           note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
+    finish(
+        fig,
+        axes,
+        out,
+        title=ABLATION_TITLES.get(ablation, f"Ablation: {ablation}"),
+        n_seeds=n_seeds,
+        note=seed_note(n_seeds, per_seed_lines=per_seed is not None),
+        scale=scale,
+    )
     return fig
 
 
@@ -158,90 +250,25 @@ def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlab
         style = method_style(family)
         for k, ls, face in ((budget, "-", style["color"]), (1, "--", "white")):
             points = [lookup(summary, task, m, "best_at_k", k) for m in members]
-            ax.errorbar([setting[m] for m in members], [p["mean"] for p in points],
-                        yerr=[0 if pd.isna(p.stderr) else p.stderr for p in points], color=style["color"], ls=ls,
-                        marker=style["marker"], mfc=face, ms=4, capsize=2, lw=1.4,
-                        label=f"{method_label(family)}: best@{k}")
+            ax.errorbar(
+                [setting[m] for m in members],
+                [p["mean"] for p in points],
+                yerr=[0 if pd.isna(p.stderr) else p.stderr for p in points],
+                color=style["color"],
+                ls=ls,
+                marker=style["marker"],
+                mfc=face,
+                ms=4,
+                capsize=2,
+                lw=1.4,
+                label=f"{method_label(family)}: best@{k}",
+            )
     ax.set_xscale(xscale)
     ax.set_xticks(sorted(set(setting.values())))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())  # a log axis would label its minor ticks over the values
     ax.set(xlabel=xlabel, ylabel="best@k (task scalar)", title=f"{task_label(task)}: best@1 and best@{budget}")
     ax.grid(alpha=0.3)
-
-
-# ---- the mechanism (no trained model needed) --------------------------------------------------
-def mechanism_bandit(*, bandit: pd.DataFrame, out):
-    """The toy bandit of `vpo.mechanism`: one panel of arm masses per method, then E_w[best of m] and
-    diversity against step. Lines are means over seeds; each seed is drawn thinly behind them."""
-    table = bandit
-    from vpo.mechanism import ARMS, PARETO
-
-    methods = [m for m in METHOD_ORDER if m in set(table.method)]
-    fig, axes = panel_grid(len(methods) + 2)
-    dominated = sorted(set(range(len(ARMS))) - set(PARETO))
-    for ax, method in zip(axes, methods):
-        rows = table[table.method == method]
-        for i, arm in enumerate(sorted(PARETO) + dominated):
-            if arm in PARETO:  # each Pareto arm its own look; the dominated ones one thin grey look
-                style, lw, label = series_style(i), 1.8, f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"
-            else:
-                style, lw = {"color": "#BBBBBB", "ls": "-", "marker": ""}, 1.0
-                label = f"dominated arms ({', '.join(map(str, dominated))})" if arm == dominated[0] else "_nolegend_"
-            for _, seed_rows in rows.groupby("seed"):
-                ax.plot(seed_rows.step, seed_rows[f"arm_{arm}"], color=style["color"], lw=0.6, alpha=0.35)
-            mean = rows.groupby("step")[f"arm_{arm}"].mean()
-            ax.plot(mean.index, mean.to_numpy(), lw=lw, markevery=max(1, len(mean) // 8), ms=3, label=label,
-                    **style)
-        ax.set_title(f"{method_label(method)}: policy mass per arm")
-        ax.set_xlabel("step")
-        ax.set_ylabel("probability")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    for ax, column, ylabel in zip(axes[len(methods):], ("best_of_m", "diversity"),
-                                  ("E_w[best of m] of the policy", "reward-space diversity")):
-        for method in methods:
-            rows = table[table.method == method]
-            mean = rows.groupby("step")[column].mean()
-            ax.plot(mean.index, mean.to_numpy(), lw=1.8, markevery=max(1, len(mean) // 8), ms=3,
-                    label=method_label(method), **method_style(method))
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    finish(fig, axes, out, title="Toy vector-reward bandit trained with each estimator (m = 3 arms per rollout "
-                                 "for Multi-RLVR and VPO)", n_seeds={int(table.seed.nunique())},
-           note=f"thick: mean over {table.seed.nunique()} seeds; thin: each seed")
-    return fig
-
-
-def mechanism_advantage(*, sweeps: pd.DataFrame, out):
-    """Three panels from `vpo mechanism advantage`: raw VPO score against objectives reached (per k),
-    against alpha, and the advantage's spread over weight draws against the number of weights."""
-    table = sweeps
-    fig, axes = panel_grid(3)
-    coverage = table[table.sweep == "coverage"]
-    for i, (k, rows) in enumerate(coverage.groupby("k")):
-        axes[0].plot(rows.covered, rows.raw_mean, ms=3, label=f"k = {k}", **series_style(i))
-    axes[0].set(xlabel="objectives the rollout's answers reach", ylabel="E_w[best of its answers]",
-                title="More of the simplex, higher score")
-    alpha = table[table.sweep == "alpha"]
-    ks = sorted(coverage.k.unique())
-    k, covered = int(alpha.k.iloc[0]), int(alpha.covered.iloc[0])  # the sweep's k gets that k's look
-    axes[1].plot(alpha.alpha, alpha.raw_mean, ms=3, label=f"k = {k}", **series_style(ks.index(k) if k in ks else 0))
-    axes[1].set(xscale="log", xlabel="Dirichlet alpha", ylabel="E_w[best of its answers]",
-                title=f"Alpha ({covered} of {k} reached)")
-    sampler = table[table.sweep == "sampler"]
-    for i, (name, rows) in enumerate(sampler.groupby("sampler")):
-        axes[2].plot(rows.n_weights, rows.advantage_std, ms=3, label=f"{name} weights",
-                     **series_style(len(ks) + i))
-    axes[2].set(xscale="log", yscale="log", xlabel="weights per group", ylabel="advantage std over draws",
-                title="Monte Carlo noise")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    finish(fig, axes, out, title="How one rollout's VPO score responds (a group of 8 whose other rollouts "
-                                 "each reach one objective)", n_seeds={1},
-           note="one-hot answers; means and spreads over 200 independent weight draws")
-    return fig
 
 
 # ---- the evolutionary search -----------------------------------------------------------------
@@ -253,13 +280,26 @@ def evolve(*, curves: pd.DataFrame, task: str, methods: list[str], out, scale: s
     for ax, metric in zip(axes, SEARCH_METRICS):
         n_seeds |= draw_search_panel(ax, curves, task, metric, methods)
         ax.set_title(f"{task_label(task)}: {SEARCH_METRICS[metric]}")
-    finish(fig, axes, out, title=f"Evolutionary search (OpenEvolve) on the hardest {task_label(task)} problems",
-           n_seeds=n_seeds, scale=scale)
+    finish(
+        fig,
+        axes,
+        out,
+        title=f"Evolutionary search (OpenEvolve) on the hardest {task_label(task)} problems",
+        n_seeds=n_seeds,
+        scale=scale,
+    )
     return fig
 
 
-def lcb_case_study(*, summary: pd.DataFrame, curves: pd.DataFrame, methods: list[str], out,
-                   per_seed: pd.DataFrame | None = None, scale: str | None = None):
+def lcb_case_study(
+    *,
+    summary: pd.DataFrame,
+    curves: pd.DataFrame,
+    methods: list[str],
+    out,
+    per_seed: pd.DataFrame | None = None,
+    scale: str | None = None,
+):
     """Paper Fig. 3: (a) pass@k and (b) best@k on the whole LiveCodeBench test split, (c) problems
     solved and (d) mean best@t inside the search on its hardest problems, in one row."""
     use_figure_fonts()
@@ -274,8 +314,15 @@ def lcb_case_study(*, summary: pd.DataFrame, curves: pd.DataFrame, methods: list
     for ax, metric, letter in zip(axes[2:], SEARCH_METRICS, "cd"):
         n_seeds |= draw_search_panel(ax, curves, "lcb", metric, methods)
         ax.set_title(f"({letter}) search: {'solved' if metric == 'solved' else 'mean best@t'}")
-    finish(fig, axes, out, title="LiveCodeBench case study", n_seeds=n_seeds,
-           note=seed_note(n_seeds, per_seed_lines=per_seed is not None), scale=scale)
+    finish(
+        fig,
+        axes,
+        out,
+        title="LiveCodeBench case study",
+        n_seeds=n_seeds,
+        note=seed_note(n_seeds, per_seed_lines=per_seed is not None),
+        scale=scale,
+    )
     return fig
 
 
@@ -296,16 +343,26 @@ FIGURES: dict[str, Figure] = {
     "best_at_k": Figure(best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
     "appendix_pass_at_k": Figure(appendix_pass_at_k, CURVES.tables, CURVES.options, CURVES.optional),
     "appendix_best_at_k": Figure(appendix_best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
-    "diversity_over_training": Figure(diversity_over_training, ("training",), ("methods", "tasks", "variants", "scale")),
+    "diversity_over_training": Figure(
+        diversity_over_training, ("training",), ("methods", "tasks", "variants", "scale")
+    ),
     "mechanism_bandit": Figure(mechanism_bandit, ("bandit",), ()),
     "mechanism_advantage": Figure(mechanism_advantage, ("sweeps",), ()),
     "evolve": Figure(evolve, ("curves",), ("task", "methods", "variants", "scale")),
-    "ablation": Figure(ablation, ("summary", "per_seed", "training"),
-                       ("ablation", "methods", "tasks", "values", "variants", "scale"), optional=("per_seed",)),
-    "intervals": Figure(interval_figures.intervals, ("intervals", "improvement"), ("methods", "tasks", "variants", "scale")),
-    "performance_profiles": Figure(interval_figures.performance_profiles, ("profiles", "per_problem"),
-                                   ("methods", "tasks", "variants", "scale")),
+    "ablation": Figure(
+        ablation,
+        ("summary", "per_seed", "training"),
+        ("ablation", "methods", "tasks", "values", "variants", "scale"),
+        optional=("per_seed",),
+    ),
+    "intervals": Figure(
+        interval_figures.intervals, ("intervals", "improvement"), ("methods", "tasks", "variants", "scale")
+    ),
+    "performance_profiles": Figure(
+        interval_figures.performance_profiles, ("profiles", "per_problem"), ("methods", "tasks", "variants", "scale")
+    ),
     "pool_quality": Figure(interval_figures.pool_quality, ("intervals",), ("methods", "tasks", "variants", "scale")),
-    "lcb_case_study": Figure(lcb_case_study, ("summary", "per_seed", "curves"), ("methods", "variants", "scale"),
-                             optional=("per_seed",)),
+    "lcb_case_study": Figure(
+        lcb_case_study, ("summary", "per_seed", "curves"), ("methods", "variants", "scale"), optional=("per_seed",)
+    ),
 }

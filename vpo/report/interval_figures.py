@@ -6,10 +6,13 @@ from __future__ import annotations
 import pandas as pd
 
 from vpo.report.kit import finish, method_style, panel_grid
-from vpo.report.tables import method_label, task_label
+from vpo.report.labels import method_label, task_label
 
-POOL_TITLES = {"hypervolume": "hypervolume", "expected_utility": "expected utility",
-               "nondominated": "non-dominated vectors"}
+POOL_TITLES = {
+    "hypervolume": "hypervolume",
+    "expected_utility": "expected utility",
+    "nondominated": "non-dominated vectors",
+}
 
 
 def draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str = "point", estimators=("iqm", "mean")):
@@ -19,14 +22,26 @@ def draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str =
     for y, method in enumerate(methods):
         style = method_style(method)
         for offset, estimator in zip((-0.15, 0.15), estimators):
-            row = rows[(rows.method == method) & (rows.estimator == estimator)] if estimator else rows[rows.other == method]
+            row = (
+                rows[(rows.method == method) & (rows.estimator == estimator)]
+                if estimator
+                else rows[rows.other == method]
+            )
             if row.empty:
                 continue
             row = row.iloc[0]
-            ax.errorbar(row[value], y + (offset if len(estimators) > 1 else 0),
-                        xerr=[[row[value] - row.low], [row.high - row[value]]], color=style["color"],
-                        marker=style["marker"], mfc=style["color"] if estimator != "mean" else "white", ms=5,
-                        capsize=2, lw=1.4, ls="none")
+            ax.errorbar(
+                row[value],
+                y + (offset if len(estimators) > 1 else 0),
+                xerr=[[row[value] - row.low], [row.high - row[value]]],
+                color=style["color"],
+                marker=style["marker"],
+                mfc=style["color"] if estimator != "mean" else "white",
+                ms=5,
+                capsize=2,
+                lw=1.4,
+                ls="none",
+            )
     ax.set_yticks(range(len(methods)), [method_label(m) for m in methods])
     ax.set_ylim(len(methods) - 0.5, -0.5)
     ax.grid(axis="x", alpha=0.3)
@@ -43,14 +58,21 @@ def _seeds(frame: pd.DataFrame) -> set[int]:
     return {int(n) for n in frame.n_seeds.unique()}
 
 
-def intervals(*, intervals: pd.DataFrame, improvement: pd.DataFrame, methods: list[str], tasks: list[str], out,
-              scale: str | None = None):
+def intervals(
+    *,
+    intervals: pd.DataFrame,
+    improvement: pd.DataFrame,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    scale: str | None = None,
+):
     """Per task: best@K and pass@K (K the task's largest k), IQM (filled) and mean (open) with 95%
     stratified-bootstrap intervals over seeds x problems, and the probability that VPO beats each method."""
     fig, axes = panel_grid(3 * len(tasks))
     for t, task in enumerate(tasks):
         mine = intervals[intervals.task == task]
-        for ax, metric in zip(axes[3 * t:3 * t + 2], ("best_at_k", "pass_at_k")):
+        for ax, metric in zip(axes[3 * t : 3 * t + 2], ("best_at_k", "pass_at_k")):
             rows = mine[mine.metric == metric]
             k = rows.k.max()
             draw_interval_panel(ax, rows[rows.k == k], methods)
@@ -62,17 +84,34 @@ def intervals(*, intervals: pd.DataFrame, improvement: pd.DataFrame, methods: li
         others = [m for m in methods if m != reference]
         draw_interval_panel(ax, better, others, value="probability", estimators=("",))
         ax.axvline(0.5, color="0.5", lw=0.8, ls="--")
-        ax.set(title=f"{task_label(task)}: P({method_label(reference)} > ·), best@{int(better.k.max()) if len(better) else ''}",
-               xlabel="probability of improvement")
+        ax.set(
+            title=f"{task_label(task)}: P({method_label(reference)} > ·), best@{int(better.k.max()) if len(better) else ''}",
+            xlabel="probability of improvement",
+        )
     add_marker_legend(axes[0], methods)
-    finish(fig, axes, out, title="Interval estimates over training seeds and problems", n_seeds=_seeds(intervals),
-           note=f"95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} training seeds x "
-                "problems (seeds within problems, and problems)", scale=scale, integer_x=False)
+    finish(
+        fig,
+        axes,
+        out,
+        title="Interval estimates over training seeds and problems",
+        n_seeds=_seeds(intervals),
+        note=f"95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} training seeds x "
+        "problems (seeds within problems, and problems)",
+        scale=scale,
+        integer_x=False,
+    )
     return fig
 
 
-def performance_profiles(*, profiles: pd.DataFrame, per_problem: pd.DataFrame, methods: list[str], tasks: list[str],
-                         out, scale: str | None = None):
+def performance_profiles(
+    *,
+    profiles: pd.DataFrame,
+    per_problem: pd.DataFrame,
+    methods: list[str],
+    tasks: list[str],
+    out,
+    scale: str | None = None,
+):
     """Per task: the fraction of (training seed, problem) pairs whose best@K exceeds tau (seaborn's
     complementary ECDF of the scores), with the 95% bootstrap band over seeds and problems."""
     import seaborn as sns
@@ -87,16 +126,35 @@ def performance_profiles(*, profiles: pd.DataFrame, per_problem: pd.DataFrame, m
             style = method_style(method)
             mine = scores[scores.method == method]
             n_seeds.add(int(mine.train_seed.nunique()))
-            sns.ecdfplot(x=mine.value.to_numpy(), complementary=True, ax=ax, color=style["color"], ls=style["ls"],
-                         lw=1.6, label=method_label(method))
+            sns.ecdfplot(
+                x=mine.value.to_numpy(),
+                complementary=True,
+                ax=ax,
+                color=style["color"],
+                ls=style["ls"],
+                lw=1.6,
+                label=method_label(method),
+            )
             band = bands[bands.method == method]
             ax.fill_between(band.tau, band.low, band.high, color=style["color"], alpha=0.15, lw=0, step=None)
-        ax.set(title=f"{task_label(task)}: performance profile of best@{int(k)}", xlabel="τ (task scalar)",
-               ylabel="fraction of seeds x problems > τ", ylim=(-0.02, 1.02))
+        ax.set(
+            title=f"{task_label(task)}: performance profile of best@{int(k)}",
+            xlabel="τ (task scalar)",
+            ylabel="fraction of seeds x problems > τ",
+            ylim=(-0.02, 1.02),
+        )
         ax.grid(alpha=0.3)
-    finish(fig, axes, out, title="Performance profiles", n_seeds=n_seeds,
-           note=f"line: over {'/'.join(map(str, sorted(n_seeds)))} training seeds x problems; band: 95% stratified "
-                "bootstrap over seeds and problems", scale=scale, integer_x=False)
+    finish(
+        fig,
+        axes,
+        out,
+        title="Performance profiles",
+        n_seeds=n_seeds,
+        note=f"line: over {'/'.join(map(str, sorted(n_seeds)))} training seeds x problems; band: 95% stratified "
+        "bootstrap over seeds and problems",
+        scale=scale,
+        integer_x=False,
+    )
     return fig
 
 
@@ -106,16 +164,32 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
     (filled) with 95% intervals over seeds x problems."""
     fig, axes = panel_grid(3 * len(tasks))
     for t, task in enumerate(tasks):
-        for ax, metric in zip(axes[3 * t:3 * t + 3], POOL_TITLES):
+        for ax, metric in zip(axes[3 * t : 3 * t + 3], POOL_TITLES):
             rows = intervals[(intervals.task == task) & (intervals.metric == metric)]
             draw_interval_panel(ax, rows, methods)
             ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
             if metric == "hypervolume" and len(rows) and (rows.high == 0).all():
                 ax.set_xlim(-0.02, 0.1)  # the markers at 0 on the left, the note beside them, not over them
-                ax.text(0.62, 0.5, "0 for every pool:\nno vector above the\nreference point in\nevery objective", transform=ax.transAxes, ha="center", va="center",
-                        fontsize="small", bbox={"facecolor": "white", "edgecolor": "0.7"})
+                ax.text(
+                    0.62,
+                    0.5,
+                    "0 for every pool:\nno vector above the\nreference point in\nevery objective",
+                    transform=ax.transAxes,
+                    ha="center",
+                    va="center",
+                    fontsize="small",
+                    bbox={"facecolor": "white", "edgecolor": "0.7"},
+                )
     add_marker_legend(axes[0], methods)
-    finish(fig, axes, out, title="The evaluation pool as a multi-objective set", n_seeds=_seeds(intervals),
-           note=f"per problem, then 95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} "
-                "training seeds x problems", scale=scale, integer_x=False)
+    finish(
+        fig,
+        axes,
+        out,
+        title="The evaluation pool as a multi-objective set",
+        n_seeds=_seeds(intervals),
+        note=f"per problem, then 95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} "
+        "training seeds x problems",
+        scale=scale,
+        integer_x=False,
+    )
     return fig

@@ -38,9 +38,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-COLUMNS = {"intervals": ["task", "method", "metric", "k", "estimator", "point", "low", "high", "n_seeds", "n_problems"],
-           "improvement": ["task", "method", "other", "metric", "k", "probability", "low", "high"],
-           "profiles": ["task", "method", "metric", "k", "tau", "fraction", "low", "high"]}
+COLUMNS = {
+    "intervals": ["task", "method", "metric", "k", "estimator", "point", "low", "high", "n_seeds", "n_problems"],
+    "improvement": ["task", "method", "other", "metric", "k", "probability", "low", "high"],
+    "profiles": ["task", "method", "metric", "k", "tau", "fraction", "low", "high"],
+}
 CONFIDENCE = 0.95  # the intervals' coverage
 PROFILE_POINTS = 51  # thresholds tau of a performance profile, evenly over the task's score range
 
@@ -75,7 +77,7 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray | flo
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(f"the two score matrices cover {x.shape[-1]} and {y.shape[-1]} problems; they must match")
     a, b = x[..., :, None, :], y[..., None, :, :]
-    per_problem = ((a > b).mean(axis=(-3, -2)) + (a == b).mean(axis=(-3, -2)) / 2)
+    per_problem = (a > b).mean(axis=(-3, -2)) + (a == b).mean(axis=(-3, -2)) / 2
     result = per_problem.mean(axis=-1)
     return float(result) if result.ndim == 0 else result
 
@@ -111,8 +113,9 @@ def improvement_interval(x: np.ndarray, y: np.ndarray, *, reps: int, seed: int) 
     """(P(X > Y), low, high): each method's seeds resampled within each problem, independently
     (rliable's StratifiedIndependentBootstrap)."""
     rng = np.random.default_rng(seed)
-    replicates = probability_of_improvement(stratified_resamples(x, reps, rng, problems=False),
-                                            stratified_resamples(y, reps, rng, problems=False))
+    replicates = probability_of_improvement(
+        stratified_resamples(x, reps, rng, problems=False), stratified_resamples(y, reps, rng, problems=False)
+    )
     low, high = percentile_interval(replicates)
     return probability_of_improvement(x, y), float(low), float(high)
 
@@ -135,8 +138,10 @@ def score_matrix(per_problem: pd.DataFrame, task: str, method: str, metric: str,
         raise ValueError(f"per_problem has no {metric} (k={k}) for task={task} method={method}")
     matrix = rows.pivot(index="train_seed", columns="problem", values="value").sort_index()
     if matrix.isna().any().any():
-        raise ValueError(f"task={task} method={method}: the training seeds were evaluated on different problems; "
-                         "rerun `vpo eval` so every seed covers the same test set")
+        raise ValueError(
+            f"task={task} method={method}: the training seeds were evaluated on different problems; "
+            "rerun `vpo eval` so every seed covers the same test set"
+        )
     return matrix.to_numpy(float)
 
 
@@ -150,29 +155,53 @@ def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: 
         for method, scores in matrices.items():
             for estimator in ESTIMATORS:
                 point, low, high = interval(scores, estimator, reps=reps, seed=seed)
-                intervals.append(dict(task=task, method=method, metric=metric, k=k, estimator=estimator, point=point,
-                                      low=low, high=high, n_seeds=scores.shape[0], n_problems=scores.shape[1]))
+                intervals.append(
+                    dict(
+                        task=task,
+                        method=method,
+                        metric=metric,
+                        k=k,
+                        estimator=estimator,
+                        point=point,
+                        low=low,
+                        high=high,
+                        n_seeds=scores.shape[0],
+                        n_problems=scores.shape[1],
+                    )
+                )
         if reference in matrices:
             for other in (m for m in methods if m != reference):
                 p, low, high = improvement_interval(matrices[reference], matrices[other], reps=reps, seed=seed)
-                improvement.append(dict(task=task, method=reference, other=other, metric=metric, k=k, probability=p,
-                                        low=low, high=high))
+                improvement.append(
+                    dict(
+                        task=task, method=reference, other=other, metric=metric, k=k, probability=p, low=low, high=high
+                    )
+                )
     for task, rows in per_problem[per_problem.metric == "best_at_k"].groupby("task", sort=True):
         budget = rows.k.max()
         top = rows[rows.k == budget]
         taus = np.linspace(top.value.min(), top.value.max(), PROFILE_POINTS)
         for method in dict.fromkeys(top.method):
-            fractions, bands = profile(score_matrix(per_problem, task, method, "best_at_k", budget), taus,
-                                       reps=reps, seed=seed)
-            profiles += [dict(task=task, method=method, metric="best_at_k", k=budget, tau=t, fraction=f, low=lo, high=hi)
-                         for t, f, lo, hi in zip(taus, fractions, bands[0], bands[1])]
-    return tuple(pd.DataFrame(rows, columns=COLUMNS[name]) for name, rows in
-                 (("intervals", intervals), ("improvement", improvement), ("profiles", profiles)))
+            fractions, bands = profile(
+                score_matrix(per_problem, task, method, "best_at_k", budget), taus, reps=reps, seed=seed
+            )
+            profiles += [
+                dict(task=task, method=method, metric="best_at_k", k=budget, tau=t, fraction=f, low=lo, high=hi)
+                for t, f, lo, hi in zip(taus, fractions, bands[0], bands[1])
+            ]
+    return tuple(
+        pd.DataFrame(rows, columns=COLUMNS[name])
+        for name, rows in (("intervals", intervals), ("improvement", improvement), ("profiles", profiles))
+    )
 
 
 # ---- tables -------------------------------------------------------------------------------------
-POOL_LABELS = {"hypervolume": "hypervolume", "expected_utility": "expected utility", "nondominated": "non-dominated",
-               "diversity": "diversity"}
+POOL_LABELS = {
+    "hypervolume": "hypervolume",
+    "expected_utility": "expected utility",
+    "nondominated": "non-dominated",
+    "diversity": "diversity",
+}
 
 
 def format_interval(point: float, low: float, high: float, *, latex: bool = False, digits: int = 3) -> str:
@@ -185,8 +214,9 @@ def metric_name(metric: str, k) -> str:
     return POOL_LABELS.get(metric) or f"{metric.split('_at_')[0]}@{int(k)}"
 
 
-def interval_table(intervals: pd.DataFrame, improvement: pd.DataFrame, methods: list[str], tasks: list[str],
-                   metrics: list[str]) -> pd.DataFrame:
+def interval_table(
+    intervals: pd.DataFrame, improvement: pd.DataFrame, methods: list[str], tasks: list[str], metrics: list[str]
+) -> pd.DataFrame:
     """One row per method, metric, k and task of `metrics`: mean and IQM (point, low, high) and the
     reference method's probability of improvement over it (NaN for the reference itself)."""
     records = []
@@ -195,25 +225,48 @@ def interval_table(intervals: pd.DataFrame, improvement: pd.DataFrame, methods: 
             mine = intervals[(intervals.task == task) & (intervals.method == method) & intervals.metric.isin(metrics)]
             if mine.empty:
                 raise ValueError(f"intervals.csv has no rows for task={task} method={method}; rerun `vpo intervals`")
-            for (metric, k), rows in sorted(mine.groupby(["metric", "k"], dropna=False, sort=True),
-                                            key=lambda item: metrics.index(item[0][0])):
-                record = {"method": method, "task": task, "metric": metric, "k": k,
-                          "n_seeds": int(rows.n_seeds.iloc[0]), "n_problems": int(rows.n_problems.iloc[0])}
+            for (metric, k), rows in sorted(
+                mine.groupby(["metric", "k"], dropna=False, sort=True), key=lambda item: metrics.index(item[0][0])
+            ):
+                record = {
+                    "method": method,
+                    "task": task,
+                    "metric": metric,
+                    "k": k,
+                    "n_seeds": int(rows.n_seeds.iloc[0]),
+                    "n_problems": int(rows.n_problems.iloc[0]),
+                }
                 for row in rows.itertuples():
-                    record.update({f"{row.estimator}": row.point, f"{row.estimator}_low": row.low,
-                                   f"{row.estimator}_high": row.high})
-                better = improvement[(improvement.task == task) & (improvement.other == method) &
-                                     (improvement.metric == metric) & ((improvement.k == k) | pd.isna(k))]
+                    record.update(
+                        {
+                            f"{row.estimator}": row.point,
+                            f"{row.estimator}_low": row.low,
+                            f"{row.estimator}_high": row.high,
+                        }
+                    )
+                better = improvement[
+                    (improvement.task == task)
+                    & (improvement.other == method)
+                    & (improvement.metric == metric)
+                    & ((improvement.k == k) | pd.isna(k))
+                ]
                 first = better.iloc[0] if len(better) else None
-                record.update({"improvement": np.nan if first is None else first.probability,
-                               "improvement_low": np.nan if first is None else first.low,
-                               "improvement_high": np.nan if first is None else first.high})
+                record.update(
+                    {
+                        "improvement": np.nan if first is None else first.probability,
+                        "improvement_low": np.nan if first is None else first.low,
+                        "improvement_high": np.nan if first is None else first.high,
+                    }
+                )
                 records.append(record)
     return pd.DataFrame.from_records(records)
 
 
-def render_intervals(table: pd.DataFrame, reference: str, *, latex: bool, html: bool = False, pool: bool = False) -> str:
-    from vpo.report.tables import cell_frame, method_label, render, task_label
+def render_intervals(
+    table: pd.DataFrame, reference: str, *, latex: bool, html: bool = False, pool: bool = False
+) -> str:
+    from vpo.report.labels import method_label, task_label
+    from vpo.report.table_render import cell_frame, render
 
     ref = method_label(reference)
     cells: dict[str, dict] = {}
@@ -222,26 +275,33 @@ def render_intervals(table: pd.DataFrame, reference: str, *, latex: bool, html: 
         cell = cells.setdefault(label, {})
         if pool:  # counts of vectors with two decimals
             cell[(task_label(row.task), metric_name(row.metric, row.k))] = format_interval(
-                row.mean, row.mean_low, row.mean_high, latex=latex, digits=2 if row.metric == "nondominated" else 3)
+                row.mean, row.mean_low, row.mean_high, latex=latex, digits=2 if row.metric == "nondominated" else 3
+            )
             continue
         cell[(task_label(row.task), "mean")] = format_interval(row.mean, row.mean_low, row.mean_high, latex=latex)
         cell[(task_label(row.task), "IQM")] = format_interval(row.iqm, row.iqm_low, row.iqm_high, latex=latex)
-        cell[(task_label(row.task), f"P({ref} > ·)")] = ("–" if pd.isna(row.improvement) else
-                                                       format_interval(row.improvement, row.improvement_low,
-                                                                       row.improvement_high, latex=latex))
+        cell[(task_label(row.task), f"P({ref} > ·)")] = (
+            "–"
+            if pd.isna(row.improvement)
+            else format_interval(row.improvement, row.improvement_low, row.improvement_high, latex=latex)
+        )
     seeds = "/".join(map(str, sorted(table.n_seeds.unique())))
     problems = ", ".join(f"{task_label(t)} {n}" for t, n in table.groupby("task", sort=False).n_problems.max().items())
     if pool:
-        caption = (f"Quality of each evaluation pool as a multi-objective set, per problem: hypervolume of its "
-                   f"non-dominated reward vectors against 0, expected utility E_w[max w · r] under Dirichlet(1) "
-                   f"weights, the number of distinct non-dominated vectors, and the diversity (mean pairwise L1 "
-                   f"distance of the pool's reward vectors); mean over {seeds} training seeds "
-                   f"x problems ({problems}) with a 95% stratified-bootstrap interval.")
+        caption = (
+            f"Quality of each evaluation pool as a multi-objective set, per problem: hypervolume of its "
+            f"non-dominated reward vectors against 0, expected utility E_w[max w · r] under Dirichlet(1) "
+            f"weights, the number of distinct non-dominated vectors, and the diversity (mean pairwise L1 "
+            f"distance of the pool's reward vectors); mean over {seeds} training seeds "
+            f"x problems ({problems}) with a 95% stratified-bootstrap interval."
+        )
     else:
-        caption = (f"Mean and interquartile mean (IQM) over {seeds} training seeds x problems ({problems}) with 95% "
-                   f"stratified-bootstrap intervals [low, high] (seeds within problems, and problems); P({ref} > ·): "
-                   f"probability that a {ref} seed beats one of the row's method on a problem, averaged over "
-                   "problems, with its interval.")
+        caption = (
+            f"Mean and interquartile mean (IQM) over {seeds} training seeds x problems ({problems}) with 95% "
+            f"stratified-bootstrap intervals [low, high] (seeds within problems, and problems); P({ref} > ·): "
+            f"probability that a {ref} seed beats one of the row's method on a problem, averaged over "
+            "problems, with its interval."
+        )
     return render(cell_frame(cells), latex=latex, caption=caption, html=html)
 
 
@@ -255,8 +315,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     estimate.add_argument("--reps", type=int, default=2000, help="bootstrap resamples per estimate")
     estimate.add_argument("--seed", type=int, default=0, help="seed of the resampling")
     table = sub.add_parser("table", help="the intervals or pool-quality table (csv, md, tex, html)")
-    table.add_argument("--kind", required=True, choices=("intervals", "pool_quality"),
-                       help="intervals: best@k and pass@k with P(improvement); pool_quality: hypervolume and kin")
+    table.add_argument(
+        "--kind",
+        required=True,
+        choices=("intervals", "pool_quality"),
+        help="intervals: best@k and pass@k with P(improvement); pool_quality: hypervolume and kin",
+    )
     table.add_argument("--intervals", required=True, help="aggregate/intervals.csv")
     table.add_argument("--improvement", default=None, help="aggregate/improvement.csv (--kind intervals)")
     table.add_argument("--methods", required=True, help="comma-separated methods (row order)")
@@ -268,7 +332,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vpo.data import read_csv_table
     from vpo.report.aggregate import write_csv
-    from vpo.report.tables import use_variants, write_outputs
+    from vpo.report.labels import use_variants
+    from vpo.report.table_render import write_outputs
 
     if args.what == "table":
         use_variants(args.variants)
@@ -278,16 +343,25 @@ def run(args: argparse.Namespace) -> int:
         rows = read_csv_table(args.intervals)
         improvement = pd.DataFrame(columns=COLUMNS["improvement"]) if pool else read_csv_table(args.improvement)
         reference = improvement.method.iloc[0] if len(improvement) else "vpo"
-        table = interval_table(rows, improvement, args.methods.split(","), args.tasks.split(","),
-                               list(POOL_LABELS) if pool else ["best_at_k", "pass_at_k"])
+        table = interval_table(
+            rows,
+            improvement,
+            args.methods.split(","),
+            args.tasks.split(","),
+            list(POOL_LABELS) if pool else ["best_at_k", "pass_at_k"],
+        )
         write_outputs(table, lambda **fmt: render_intervals(table, reference, pool=pool, **fmt), args.out)
         return 0
     if args.reps < 100:
         raise ValueError(f"--reps {args.reps} is too few for a 95% percentile interval; use at least 100")
-    intervals, improvement, profiles = estimate_all(read_csv_table(args.per_problem), args.reference,
-                                                    reps=args.reps, seed=args.seed)
+    intervals, improvement, profiles = estimate_all(
+        read_csv_table(args.per_problem), args.reference, reps=args.reps, seed=args.seed
+    )
     for name, frame in (("intervals", intervals), ("improvement", improvement), ("profiles", profiles)):
         write_csv(frame, Path(args.out_dir) / f"{name}.csv")
-    print(f"{len(intervals)} intervals, {len(improvement)} improvement probabilities, "
-          f"{profiles.groupby(['task', 'method']).ngroups if len(profiles) else 0} profiles", file=sys.stderr)
+    print(
+        f"{len(intervals)} intervals, {len(improvement)} improvement probabilities, "
+        f"{profiles.groupby(['task', 'method']).ngroups if len(profiles) else 0} profiles",
+        file=sys.stderr,
+    )
     return 0

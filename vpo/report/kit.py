@@ -15,17 +15,27 @@ import pandas as pd
 
 from vpo.atomic import atomic_file
 from vpo.methods import METHODS, UNSTYLED
-from vpo.report.tables import method_label, task_label
+from vpo.report.labels import method_label, task_label
 
 METHOD_ORDER = list(METHODS)  # the method table's order (vpo/methods.py)
 SMOOTH_STEPS = 5  # moving-average window of the diversity-over-training lines
-METRIC_LABELS = {"pass_at_k": "pass@k", "best_at_k": "best@k (task scalar)", "best_at_k_perm": "best@k (one permutation)"}
+METRIC_LABELS = {
+    "pass_at_k": "pass@k",
+    "best_at_k": "best@k (task scalar)",
+    "best_at_k_perm": "best@k (one permutation)",
+}
 
 
 # Series that are not methods (bandit arms, k, weight samplers): the Okabe-Ito colours the methods use
 # least, each with its own line style and marker, in this order.
-SERIES_STYLES = [("#000000", "-", "o"), ("#CC79A7", "--", "s"), ("#E69F00", "-.", "^"), ("#999999", ":", "D"),
-                 ("#56B4E9", (0, (5, 1)), "v"), ("#D55E00", (0, (3, 1, 1, 1)), "P")]
+SERIES_STYLES = [
+    ("#000000", "-", "o"),
+    ("#CC79A7", "--", "s"),
+    ("#E69F00", "-.", "^"),
+    ("#999999", ":", "D"),
+    ("#56B4E9", (0, (5, 1)), "v"),
+    ("#D55E00", (0, (3, 1, 1, 1)), "P"),
+]
 
 
 def series_style(i: int) -> dict:
@@ -55,9 +65,16 @@ def use_figure_fonts() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    matplotlib.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT,
-                                "xtick.labelsize": FONT_PT - 1, "ytick.labelsize": FONT_PT - 1,
-                                "legend.fontsize": FONT_PT})
+    matplotlib.rcParams.update(
+        {
+            "font.size": FONT_PT,
+            "axes.titlesize": FONT_PT,
+            "axes.labelsize": FONT_PT,
+            "xtick.labelsize": FONT_PT - 1,
+            "ytick.labelsize": FONT_PT - 1,
+            "legend.fontsize": FONT_PT,
+        }
+    )
 
 
 def max_width_in() -> float:
@@ -107,7 +124,12 @@ def draw_band(ax, x, mean, stderr, *, method: str, mark_all: bool = False, seeds
 
 def smooth(values: np.ndarray, window: int | None = None) -> np.ndarray:
     """Centred moving average over `window` steps (SMOOTH_STEPS), shorter at the ends."""
-    return pd.Series(np.asarray(values, dtype=float)).rolling(window or SMOOTH_STEPS, center=True, min_periods=1).mean().to_numpy()
+    return (
+        pd.Series(np.asarray(values, dtype=float))
+        .rolling(window or SMOOTH_STEPS, center=True, min_periods=1)
+        .mean()
+        .to_numpy()
+    )
 
 
 def finish_default_note(n_seeds: set[int]) -> str:
@@ -123,8 +145,17 @@ def seed_note(n_seeds: set[int], *, per_seed_lines: bool) -> str | None:
     return f"thick: mean over {'/'.join(map(str, sorted(n_seeds)))} training seeds; thin: each seed (too few for an error band)"
 
 
-def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], note: str | None = None,
-           scale: str | None = None, integer_x: bool = True) -> None:
+def finish(
+    fig,
+    axes,
+    out: str | os.PathLike,
+    *,
+    title: str,
+    n_seeds: set[int],
+    note: str | None = None,
+    scale: str | None = None,
+    integer_x: bool = True,
+) -> None:
     """Shared legend below the panels, a suptitle with the seed count (or `note`); save via a temporary
     name. integer_x: linear x axes count steps or k (integer ticks); False for continuous values."""
     from matplotlib.ticker import MaxNLocator
@@ -153,8 +184,9 @@ def finish(fig, axes, out: str | os.PathLike, *, title: str, n_seeds: set[int], 
         fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 
 
-def draw_curve_panel(ax, summary: pd.DataFrame, metric: str, methods: list[str], task: str,
-                     per_seed: pd.DataFrame | None = None) -> set[int]:
+def draw_curve_panel(
+    ax, summary: pd.DataFrame, metric: str, methods: list[str], task: str, per_seed: pd.DataFrame | None = None
+) -> set[int]:
     """One task's pass@k or best@k against k on `ax`, a line per method; returns the seed counts seen."""
     from matplotlib.ticker import FuncFormatter
 
@@ -168,14 +200,23 @@ def draw_curve_panel(ax, summary: pd.DataFrame, metric: str, methods: list[str],
         seeds = None
         if per_seed is not None:
             mine = per_seed[(per_seed.task == task) & (per_seed.method == method) & (per_seed.metric == metric)]
-            seeds = [(g.sort_values("k").k.to_numpy(), g.sort_values("k").value.to_numpy())
-                     for _, g in mine.groupby("train_seed")]
-        draw_band(ax, rows.k.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                  mark_all=len(rows) <= 12, seeds=seeds)
+            seeds = [
+                (g.sort_values("k").k.to_numpy(), g.sort_values("k").value.to_numpy())
+                for _, g in mine.groupby("train_seed")
+            ]
+        draw_band(
+            ax,
+            rows.k.to_numpy(),
+            rows["mean"].to_numpy(),
+            rows.stderr.to_numpy(),
+            method=method,
+            mark_all=len(rows) <= 12,
+            seeds=seeds,
+        )
     ax.set_title(task_label(task))
     budget = int(summary[(summary.task == task) & (summary.metric == metric)].k.max())
     ax.set_xscale("log", base=2)  # pass@k and best@k change most at small k
-    ax.set_xticks([2 ** i for i in range(int(math.log2(budget)) + 1)] + ([budget] if budget & (budget - 1) else []))
+    ax.set_xticks([2**i for i in range(int(math.log2(budget)) + 1)] + ([budget] if budget & (budget - 1) else []))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("candidates k (log2 scale)")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
@@ -196,8 +237,14 @@ def draw_search_panel(ax, curves: pd.DataFrame, task: str, metric: str, methods:
         rows = rows.sort_values("iteration")
         n_seeds.add(int(rows.n_seeds.min()))
         n_problems = max(n_problems, int(rows.n_problems.max()))
-        draw_band(ax, rows.iteration.to_numpy(), rows["mean"].to_numpy(), rows.stderr.to_numpy(), method=method,
-                  mark_all=len(rows) <= 12)
+        draw_band(
+            ax,
+            rows.iteration.to_numpy(),
+            rows["mean"].to_numpy(),
+            rows.stderr.to_numpy(),
+            method=method,
+            mark_all=len(rows) <= 12,
+        )
     ax.set_xlabel("search iteration t")
     if metric == "solved":
         ax.set_ylabel(f"problems solved (of {n_problems})")
@@ -207,5 +254,3 @@ def draw_search_panel(ax, curves: pd.DataFrame, task: str, metric: str, methods:
         ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     return n_seeds
-
-

@@ -14,16 +14,27 @@ import argparse
 from pathlib import Path
 
 PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
-TABLE_HELP = {"summary": "aggregate/summary.csv", "per_seed": "aggregate/per_seed.csv (each seed drawn when < 3)",
-              "training": "aggregate/training_curves.csv (pool_diversity, advantage_draw_std per step)", "bandit": "mechanism/bandit.csv (`vpo mechanism bandit`)",
-              "sweeps": "mechanism/advantage.csv (`vpo mechanism advantage`)", "curves": "aggregate/evolve_{task}.csv",
-              "intervals": "aggregate/intervals.csv (`vpo intervals`)", "improvement": "aggregate/improvement.csv",
-              "profiles": "aggregate/profiles.csv", "per_problem": "aggregate/per_problem.csv (`vpo aggregate problems`)"}
-OPTION_HELP = {"methods": "comma-separated methods (legend order)", "tasks": "comma-separated tasks (panel order)",
-               "task": "the task", "scale": "a line naming the preset and scale, shown under the title",
-               "ablation": "the ablation (config.yaml `ablations`): components, alpha, sampler or m",
-               "values": "JSON {method: the value its ablation varies (alpha, m)}: a panel against that value",
-               "variants": "JSON {variant: {method, label}} of config.yaml `variants` (labels and looks)"}
+TABLE_HELP = {
+    "summary": "aggregate/summary.csv",
+    "per_seed": "aggregate/per_seed.csv (each seed drawn when < 3)",
+    "training": "aggregate/training_curves.csv (pool_diversity, advantage_draw_std per step)",
+    "bandit": "mechanism/bandit.csv (`vpo mechanism bandit`)",
+    "sweeps": "mechanism/advantage.csv (`vpo mechanism advantage`)",
+    "curves": "aggregate/evolve_{task}.csv",
+    "intervals": "aggregate/intervals.csv (`vpo intervals`)",
+    "improvement": "aggregate/improvement.csv",
+    "profiles": "aggregate/profiles.csv",
+    "per_problem": "aggregate/per_problem.csv (`vpo aggregate problems`)",
+}
+OPTION_HELP = {
+    "methods": "comma-separated methods (legend order)",
+    "tasks": "comma-separated tasks (panel order)",
+    "task": "the task",
+    "scale": "a line naming the preset and scale, shown under the title",
+    "ablation": "the ablation (config.yaml `ablations`): components, alpha, sampler or m",
+    "values": "JSON {method: the value its ablation varies (alpha, m)}: a panel against that value",
+    "variants": "JSON {variant: {method, label}} of config.yaml `variants` (labels and looks)",
+}
 OPTIONAL = ("scale", "values", "variants")  # options a figure draws without
 LISTS = ("methods", "tasks")  # options given as comma-separated lists
 
@@ -35,18 +46,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for stem, figure in FIGURES.items():
         p = sub.add_parser(stem, help=(figure.draw.__doc__ or stem).split("\n")[0].replace("%", "%%"))
         for name in figure.tables:
-            p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional,
-                           help=TABLE_HELP[name])
+            p.add_argument(
+                f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional, help=TABLE_HELP[name]
+            )
         for name in figure.options:
             p.add_argument(f"--{name}", required=name not in OPTIONAL, default=None, help=OPTION_HELP[name])
-        p.add_argument("--out", required=True, nargs="+", help="figure files (.pdf, .png, .svg): one figure, each format")
+        p.add_argument(
+            "--out", required=True, nargs="+", help="figure files (.pdf, .png, .svg): one figure, each format"
+        )
 
 
 def draw(args: argparse.Namespace, out: str):
     """The figure `args` asks for, saved to `out`; returns it."""
     from vpo.data import read_csv_table
     from vpo.report.figures import FIGURES
-    from vpo.report.tables import use_variants
+    from vpo.report.labels import use_variants
 
     figure = FIGURES[args.figure]
     kwargs = {name: read_csv_table(getattr(args, name)) for name in figure.tables if getattr(args, name)}

@@ -22,5 +22,7 @@ def require_supported_trl() -> None:
     except ImportError:
         raise RuntimeError(f"vpo.trl_ext needs TRL {SUPPORTED_TRL}.x: pip install -e '.[trl]'") from None
     if ".".join(trl.__version__.split(".")[:2]) != SUPPORTED_TRL:
-        raise RuntimeError(f"vpo.trl_ext runs with TRL {SUPPORTED_TRL}.x and this environment has TRL "
-                           f"{trl.__version__}: pip install 'trl=={SUPPORTED_TRL}.0'")
+        raise RuntimeError(
+            f"vpo.trl_ext runs with TRL {SUPPORTED_TRL}.x and this environment has TRL "
+            f"{trl.__version__}: pip install 'trl=={SUPPORTED_TRL}.0'"
+        )

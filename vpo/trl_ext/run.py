@@ -41,8 +41,12 @@ def resumable(root: Path, record: dict) -> Path | None:
             continue
         if stored == record:
             return path
-        log.warning("starting from step 0: %s was made by other settings, data, base model or method; "
-                    "old checkpoints moved to %s", path.name, set_aside(root))
+        log.warning(
+            "starting from step 0: %s was made by other settings, data, base model or method; "
+            "old checkpoints moved to %s",
+            path.name,
+            set_aside(root),
+        )
         return None
     return None
 
@@ -83,16 +87,14 @@ def step_record(batch: dict, logs: list[dict], *, step: int, objectives, setting
 def train_trl(spec) -> dict:
     """Run (or resume) one cell (`vpo.local.trainer.RunSpec`) with TRL; returns what `train_local` returns."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import TrainerCallback
 
-    from vpo.config import file_digest
     from vpo.local import checkpoint as ckpt
     from vpo.local.model import save_pretrained_atomic
     from vpo.local.trainer import check_base_model
     from vpo.methods import get_method
     from vpo.progress import Progress
     from vpo.task import resolve
-    from vpo.trl_ext.trainer import EstimatorGRPOTrainer, grpo_arguments, task_dataset
 
     cfg, method = spec.settings, get_method(spec.method)
     m = spec.m if method.multi_answer else 1
@@ -101,25 +103,14 @@ def train_trl(spec) -> dict:
     check_base_model(spec, method, m)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    record = {"config_hash": spec.config_hash, "method": spec.method, "seed": int(spec.seed), "m": int(m),
-              "backend": "trl", "base_model": file_digest(base / "model.safetensors"),
-              "data": file_digest(Path(spec.data_dir) / "train.parquet")}
+    record = run_record(spec, m, base)
     latest = resumable(root, record) if root.is_dir() else None
     per_step = cfg.ppo_mini_batches  # optimizer steps per RL step
     start_step = 0 if latest is None else int(CHECKPOINT_DIR.match(latest.name).group(1)) // per_step
     out.mkdir(parents=True, exist_ok=True)
     ckpt.truncate_metrics(metrics_path, start_step)
 
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    tokenizer.padding_side = "left"
-    args = grpo_arguments(cfg, max_new_tokens=cfg.max_new_tokens_for(method.prompt), output_dir=str(root),
-                          seed=spec.seed, save_strategy="steps", save_steps=cfg.checkpoint_every * per_step,
-                          save_total_limit=cfg.keep_checkpoints, disable_tqdm=True, dataloader_pin_memory=False)
-    trainer = EstimatorGRPOTrainer(
-        AutoModelForCausalLM.from_pretrained(base), method=spec.method, args=args, processing_class=tokenizer,
-        train_dataset=task_dataset(spec.data_dir, spec.method, m=m, seed=spec.seed,
-                                   alpha=spec.method_settings.get("alpha")),
-        method_settings=spec.method_settings, estimator_seed=spec.seed)
+    trainer, tokenizer = build_trainer(spec, method, m, base, root)
     if latest is not None:
         trainer.estimator_rng.bit_generator.state = json.loads((latest / ESTIMATOR_STATE).read_text())
         log.warning("resuming %s from %s (step %d)", out, latest.name, start_step)
@@ -156,3 +147,54 @@ def train_trl(spec) -> dict:
     trainer.train(resume_from_checkpoint=str(latest) if latest is not None else None)
     save_pretrained_atomic(trainer.model, tokenizer, root / "final")
     return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
+
+
+def run_record(spec, m: int, base: Path) -> dict:
+    """What a checkpoint must match to be resumed: the settings' hash, the cell, and digests of the base
+    model's weights and the training split."""
+    from vpo.config import file_digest
+
+    return {
+        "config_hash": spec.config_hash,
+        "method": spec.method,
+        "seed": int(spec.seed),
+        "m": int(m),
+        "backend": "trl",
+        "base_model": file_digest(base / "model.safetensors"),
+        "data": file_digest(Path(spec.data_dir) / "train.parquet"),
+    }
+
+
+def build_trainer(spec, method, m: int, base: Path, root: Path):
+    """(TRL trainer, tokenizer) of a cell: the base model and its tokenizer (left padding), the local
+    trainer's settings as TRL's arguments, checkpoints every `checkpoint_every` RL steps under `root`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vpo.trl_ext.trainer import EstimatorGRPOTrainer, grpo_arguments, task_dataset
+
+    cfg = spec.settings
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.padding_side = "left"
+    args = grpo_arguments(
+        cfg,
+        max_new_tokens=cfg.max_new_tokens_for(method.prompt),
+        output_dir=str(root),
+        seed=spec.seed,
+        save_strategy="steps",
+        save_steps=cfg.checkpoint_every * cfg.ppo_mini_batches,  # optimizer steps per RL step
+        save_total_limit=cfg.keep_checkpoints,
+        disable_tqdm=True,
+        dataloader_pin_memory=False,
+    )
+    trainer = EstimatorGRPOTrainer(
+        AutoModelForCausalLM.from_pretrained(base),
+        method=spec.method,
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=task_dataset(
+            spec.data_dir, spec.method, m=m, seed=spec.seed, alpha=spec.method_settings.get("alpha")
+        ),
+        method_settings=spec.method_settings,
+        estimator_seed=spec.seed,
+    )
+    return trainer, tokenizer

@@ -41,8 +41,9 @@ from trl import GRPOTrainer  # noqa: E402
 TRL_KEYWORDS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
 
 
-def task_scorer(completion: str, *, data_source: str, reward_model: dict, extra_info: dict | None = None,
-                **_: Any) -> dict:
+def task_scorer(
+    completion: str, *, data_source: str, reward_model: dict, extra_info: dict | None = None, **_: Any
+) -> dict:
     """The project's reward (`vpo.reward.compute_score`) of one completion of a prepared row
     (`vpo.prompts.prepare_row`): {"score": float, "sub_scores": (m, k) as JSON, ...}."""
     from vpo.reward import compute_score
@@ -74,16 +75,36 @@ def grpo_arguments(settings, *, max_new_tokens: int, output_dir: str, seed: int,
 
     rollouts = settings.prompts_per_step * settings.rollouts_per_prompt
     fields = dict(
-        output_dir=output_dir, seed=seed, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
+        output_dir=output_dir,
+        seed=seed,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
         num_generations=settings.rollouts_per_prompt,  # generation batch: per-device batch x steps_per_generation
-        per_device_train_batch_size=rollouts // settings.ppo_mini_batches, gradient_accumulation_steps=1,
-        steps_per_generation=settings.ppo_mini_batches, num_iterations=1,
+        per_device_train_batch_size=rollouts // settings.ppo_mini_batches,
+        gradient_accumulation_steps=1,
+        steps_per_generation=settings.ppo_mini_batches,
+        num_iterations=1,
         max_steps=settings.steps * settings.ppo_mini_batches,  # optimizer steps: ppo_mini_batches per RL step
-        max_completion_length=max_new_tokens, temperature=settings.temperature, top_p=settings.top_p,
-        learning_rate=settings.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=settings.weight_decay,
-        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=settings.grad_clip,
-        loss_type="bnpo", epsilon=settings.clip_ratio, epsilon_high=settings.clip_ratio, delta=settings.clip_ratio_c,
-        beta=settings.kl_coef, entropy_coef=settings.entropy_coef, scale_rewards="none",
+        max_completion_length=max_new_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        learning_rate=settings.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=settings.weight_decay,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        max_grad_norm=settings.grad_clip,
+        loss_type="bnpo",
+        epsilon=settings.clip_ratio,
+        epsilon_high=settings.clip_ratio,
+        delta=settings.clip_ratio_c,
+        beta=settings.kl_coef,
+        entropy_coef=settings.entropy_coef,
+        scale_rewards="none",
         mask_truncated_completions=False,
     )
     return GRPOConfig(**{**fields, **changes})
@@ -97,15 +118,26 @@ class EstimatorGRPOTrainer(GRPOTrainer):
     method_settings: the estimator's knobs (alpha, n_weights, sampler, k); estimator_seed seeds its draws.
     """
 
-    def __init__(self, model, *, method: str, args, scorer: Callable[..., dict] = task_scorer,
-                 method_settings: dict | None = None, estimator_seed: int = 0, **kwargs):
+    def __init__(
+        self,
+        model,
+        *,
+        method: str,
+        args,
+        scorer: Callable[..., dict] = task_scorer,
+        method_settings: dict | None = None,
+        estimator_seed: int = 0,
+        **kwargs,
+    ):
         from vpo.methods import get_method
 
         if "reward_funcs" in kwargs:
             raise TypeError("EstimatorGRPOTrainer scores with `scorer`; it takes no reward_funcs")
         if args.scale_rewards != "none":
-            raise ValueError(f"GRPOConfig(scale_rewards={args.scale_rewards!r}): the {method} estimator "
-                             "normalises the rewards itself; set scale_rewards='none'")
+            raise ValueError(
+                f"GRPOConfig(scale_rewards={args.scale_rewards!r}): the {method} estimator "
+                "normalises the rewards itself; set scale_rewards='none'"
+            )
         self.method = get_method(method)
         self.method_settings = dict(method_settings or {})
         self.estimator_rng = np.random.default_rng([estimator_seed, 1])  # the local trainer's stream
@@ -130,20 +162,33 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         group_ids = np.arange(len(results)) // n  # TRL's sampler repeats each prompt n times in a row
         subs = [as_matrix(result["sub_scores"]) for result in results]
         advantages, diagnostics = advantage_for_method(
-            self.method, scores=np.array([float(r["score"]) for r in results]), sub_scores=subs,
-            group_ids=group_ids, settings=self.method_settings, rng=self.estimator_rng, response_lengths=lengths)
+            self.method,
+            scores=np.array([float(r["score"]) for r in results]),
+            sub_scores=subs,
+            group_ids=group_ids,
+            settings=self.method_settings,
+            rng=self.estimator_rng,
+            response_lengths=lengths,
+        )
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
-        output["advantages"] = torch.as_tensor(advantages[local], dtype=torch.float32,
-                                               device=output["advantages"].device)
+        output["advantages"] = torch.as_tensor(
+            advantages[local], dtype=torch.float32, device=output["advantages"].device
+        )
         for key, value in diagnostics.items():
             if np.isscalar(value):
                 self._metrics[mode][key].append(float(value))
         diversity = group_pool_diversity(subs, group_ids)
         self._metrics[mode]["pool_diversity"].append(diversity)
         # what vpo.trl_ext.run records of the batch in metrics.jsonl
-        self.last_batch = {"results": results, "advantages": advantages, "diagnostics": diagnostics,
-                           "pool_diversity": diversity, "lengths": lengths, "seconds": time.time() - started,
-                           "ended": self.accelerator.gather(ended).cpu().numpy()}
+        self.last_batch = {
+            "results": results,
+            "advantages": advantages,
+            "diagnostics": diagnostics,
+            "pool_diversity": diversity,
+            "lengths": lengths,
+            "seconds": time.time() - started,
+            "ended": self.accelerator.gather(ended).cpu().numpy(),
+        }
         return output
 
 

@@ -88,8 +88,6 @@ def _quoted(text: str) -> str:
     return f"'{text}'"
 
 
-
-
 # On CPU (verl.device: cpu): the platform and rollout of vpo/verl_ext/cpu, one worker, Ray's pools fed
 # with fake GPU slots, one TransferQueue storage unit (more stall on 2 cores), no flash attention or
 # remove-padding kernels. Facts and veRL line numbers: verl/README.md, "CPU mode".
@@ -120,8 +118,9 @@ def cpu_overrides(gpus: int) -> list[str]:
     ]
 
 
-def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
-                  model: str | None = None) -> CellCommand:
+def build_command(
+    cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir, model: str | None = None
+) -> CellCommand:
     """The veRL command and environment of one cell (no checks beyond what building needs).
 
     model: a local model directory that replaces the task's `model` (the CPU device trains the
@@ -138,11 +137,20 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
     preset_name, batch = choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
     train_file, test_file = data_dir / "train.parquet", data_dir / "test.parquet"
-    overrides = (run_overrides(cfg, task, method, seed, model, batch, estimator, (train_file, test_file))
-                 + trainer_overrides(settings, tset, task, method, seed, gpus, out_dir))
+    overrides = run_overrides(
+        cfg, task, method, seed, model, batch, estimator, (train_file, test_file)
+    ) + trainer_overrides(settings, tset, task, method, seed, gpus, out_dir)
     env = job_env(cfg, task, method, seed, out_dir)
-    for key in ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
-                "WANDB_RESUME", "HF_DATASETS_CACHE", "TOKENIZERS_PARALLELISM"):
+    for key in (
+        "VERL_USE_EXTERNAL_MODULES",
+        "VERL_FILE_LOGGER_PATH",
+        "WANDB_MODE",
+        "WANDB_DIR",
+        "WANDB_RUN_ID",
+        "WANDB_RESUME",
+        "HF_DATASETS_CACHE",
+        "TOKENIZERS_PARALLELISM",
+    ):
         # quoted: Ray accepts only strings, and Hydra would turn `false` or `1e5` into a bool or float
         overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
     if settings.device == "cpu":
@@ -151,14 +159,38 @@ def build_command(cfg: Mapping[str, Any], task: str, method: str, seed: int, out
         for key, value in CPU_ENV.items():
             overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
     overrides += list(settings.overrides)
-    argv = [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={VERL_CONFIG_DIR}",
-            f"--config-name={CONFIG_NAME}", *overrides]
-    return CellCommand(argv=argv, env=env, overrides=overrides, estimator=estimator, batch_preset=preset_name,
-                       batch=batch, gpus=gpus, model=model, out_dir=out_dir, data_files=(train_file, test_file))
+    argv = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        f"--config-path={VERL_CONFIG_DIR}",
+        f"--config-name={CONFIG_NAME}",
+        *overrides,
+    ]
+    return CellCommand(
+        argv=argv,
+        env=env,
+        overrides=overrides,
+        estimator=estimator,
+        batch_preset=preset_name,
+        batch=batch,
+        gpus=gpus,
+        model=model,
+        out_dir=out_dir,
+        data_files=(train_file, test_file),
+    )
 
 
-def run_overrides(cfg: Mapping[str, Any], task: str, method: str, seed: int, model: str, batch, estimator: str,
-                  files: tuple[Path, Path]) -> list[str]:
+def run_overrides(
+    cfg: Mapping[str, Any],
+    task: str,
+    method: str,
+    seed: int,
+    model: str,
+    batch,
+    estimator: str,
+    files: tuple[Path, Path],
+) -> list[str]:
     """The cell's data, model, batch and estimator overrides, then the method's estimator settings."""
     from vpo.config import answers_per_rollout, method_settings, task_settings
     from vpo.methods import get_method
@@ -187,12 +219,15 @@ def run_overrides(cfg: Mapping[str, Any], task: str, method: str, seed: int, mod
         f"algorithm.vpo.method={spec.base or method}",
         f"algorithm.vpo.seed={seed}",
     ]
-    return overrides + [f"++algorithm.vpo.settings.{key}={_override_value(value)}"
-                        for key, value in sorted(method_settings(cfg, method).items())]
+    return overrides + [
+        f"++algorithm.vpo.settings.{key}={_override_value(value)}"
+        for key, value in sorted(method_settings(cfg, method).items())
+    ]
 
 
-def trainer_overrides(settings, tset: Mapping[str, Any], task: str, method: str, seed: int, gpus: int,
-                      out_dir: Path) -> list[str]:
+def trainer_overrides(
+    settings, tset: Mapping[str, Any], task: str, method: str, seed: int, gpus: int, out_dir: Path
+) -> list[str]:
     """veRL's trainer block of the cell: GPUs, epochs, names, checkpoints, logging, resume."""
     return [
         f"trainer.n_gpus_per_node={gpus}",

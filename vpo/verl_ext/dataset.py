@@ -28,8 +28,9 @@ class VPODataset(RLHFDataset):
         self.vpo_m = int(block.get("m", 1))  # answers per rollout for multi-answer methods
         self.vpo_seed = int(block.get("seed", 0))  # training seed (goal-conditioned weights per row)
         self.vpo_alpha = block.get("alpha")  # Dirichlet alpha of those weights (null: the method draws none)
-        super().__init__(data_files=data_files, tokenizer=tokenizer, config=config, processor=processor,
-                         max_samples=max_samples)
+        super().__init__(
+            data_files=data_files, tokenizer=tokenizer, config=config, processor=processor, max_samples=max_samples
+        )
 
     def __getitem__(self, item):
         from vpo.prompts import prepare_row

@@ -42,7 +42,6 @@ ESTIMATOR_METHODS: dict[str, str] = {
 }
 
 
-
 def estimator_for_method(method: str) -> str:
     """The `algorithm.adv_estimator` value that trains `method` (a key of vpo.methods.METHODS)."""
     for estimator, name in ESTIMATOR_METHODS.items():
@@ -157,7 +156,12 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
     group_ids = [str(uid) for uid in (index if index is not None else range(batch_size))]
     lengths = response_mask.sum(dim=-1).detach().cpu().double().numpy()
     advantages, diagnostics = advantage_for_method(
-        method, scores=scores, sub_scores=sub_scores, group_ids=group_ids, settings=settings, rng=rng,
+        method,
+        scores=scores,
+        sub_scores=sub_scores,
+        group_ids=group_ids,
+        settings=settings,
+        rng=rng,
         response_lengths=lengths,
     )
     if rollouts is not None:
@@ -204,7 +208,11 @@ def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, 
     channels: dict[str, list[float]] = {}
     for info in rollouts.extras:
         for key, value in info.items():
-            if key not in BOOKKEEPING_KEYS and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            if (
+                key not in BOOKKEEPING_KEYS
+                and isinstance(value, (int, float, np.number))
+                and not isinstance(value, bool)
+            ):
                 channels.setdefault(key, []).append(float(value))
     for key, values in channels.items():
         metrics[f"vpo/reward/{key}"] = float(np.mean(values))

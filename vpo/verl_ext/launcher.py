@@ -25,7 +25,6 @@ from vpo.verl_ext.command import PreflightError, build_command
 from vpo.verl_ext.preflight import check_cell, preflight
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Running and recording
 # ---------------------------------------------------------------------------------------------
@@ -54,15 +53,20 @@ def convert_metrics(out_dir) -> int:
         if "vpo/pool_diversity" not in data:
             continue  # validation-only record
         wall += float(data.get("timing_s/step", 0.0))
-        row = {"step": step, "pool_diversity": data["vpo/pool_diversity"],
-               "score_mean": data.get("vpo/score_mean", data.get("critic/score/mean")),
-               "acc": data.get("vpo/acc"), "parse_failure_rate": data.get("vpo/parse_failure_rate"),
-               "entropy": data.get("actor/entropy"), "wall_time_s": wall}
+        row = {
+            "step": step,
+            "pool_diversity": data["vpo/pool_diversity"],
+            "score_mean": data.get("vpo/score_mean", data.get("critic/score/mean")),
+            "acc": data.get("vpo/acc"),
+            "parse_failure_rate": data.get("vpo/parse_failure_rate"),
+            "entropy": data.get("actor/entropy"),
+            "wall_time_s": wall,
+        }
         for key, value in data.items():
             if key.startswith("vpo/reward/"):
-                row["reward/" + key[len("vpo/reward/"):]] = value
+                row["reward/" + key[len("vpo/reward/") :]] = value
             elif key.startswith("vpo/adv/"):
-                row[key[len("vpo/adv/"):]] = value
+                row[key[len("vpo/adv/") :]] = value
             elif not key.startswith("vpo/"):
                 row[key] = value
         rows.append(row)
@@ -89,10 +93,14 @@ def claim_checkpoints(checkpoint_dir: Path, provenance: Mapping[str, Any]) -> st
         if (checkpoint_dir / FINISHED).exists():
             reason = "the checkpointed run had finished, so this run retrains from step 0"
         elif stored != dict(provenance):
-            reason = f"the checkpoints were made by other settings, data, model or method ({stored} != {dict(provenance)})"
+            reason = (
+                f"the checkpoints were made by other settings, data, model or method ({stored} != {dict(provenance)})"
+            )
         if reason:
-            print(f"[vpo] starting from step 0: {reason}; old checkpoints moved to {set_aside(checkpoint_dir)}",
-                  file=sys.stderr)
+            print(
+                f"[vpo] starting from step 0: {reason}; old checkpoints moved to {set_aside(checkpoint_dir)}",
+                file=sys.stderr,
+            )
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(checkpoint_dir / RECORD, json.dumps(dict(provenance), sort_keys=True))
     return reason
@@ -106,8 +114,16 @@ class VerlRun:
     record: dict = field(default_factory=dict)  # what train.json adds for this backend
 
 
-def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir, data_dir,
-               print_command: bool = False, model: str | None = None) -> VerlRun:
+def train_cell(
+    cfg: Mapping[str, Any],
+    task: str,
+    method: str,
+    seed: int,
+    out_dir,
+    data_dir,
+    print_command: bool = False,
+    model: str | None = None,
+) -> VerlRun:
     """Train one cell with veRL (the reason of a failure on stderr).
 
     print_command: print the veRL command line (environment first) and return without running
@@ -126,9 +142,16 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
         print(f"error: preflight failed for {run_name(task, method, seed)}: {err}", file=sys.stderr)
         return VerlRun(2)
     out = command.out_dir
-    claim_checkpoints(out / "checkpoints", {
-        "config_hash": cell_digest(cfg, task, method), "method": method, "seed": int(seed), "model": command.model,
-        "data": file_digest(command.data_files[0])})
+    claim_checkpoints(
+        out / "checkpoints",
+        {
+            "config_hash": cell_digest(cfg, task, method),
+            "method": method,
+            "seed": int(seed),
+            "model": command.model,
+            "data": file_digest(command.data_files[0]),
+        },
+    )
     for sub in ("logs", "checkpoints", ".cache/datasets"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     ray_tmp = Path(command.env["RAY_TMPDIR"])
@@ -137,12 +160,18 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
         print(f"error: {ray_tmp} belongs to another user; remove it or set TMPDIR", file=sys.stderr)
         return VerlRun(2)
     ray_tmp.chmod(0o700)
-    print(f"[vpo] veRL cell {run_name(task, method, seed)}: {command.gpus} GPU(s), batch preset "
-          f"{command.batch_preset} {asdict(command.batch)}, estimator {command.estimator}", flush=True)
+    print(
+        f"[vpo] veRL cell {run_name(task, method, seed)}: {command.gpus} GPU(s), batch preset "
+        f"{command.batch_preset} {asdict(command.batch)}, estimator {command.estimator}",
+        flush=True,
+    )
     result = subprocess.run(command.argv, env={**os.environ, **command.env}, cwd=str(out))
     if result.returncode != 0:
-        print(f"[vpo] veRL exited with status {result.returncode}; checkpoints are kept in {out / 'checkpoints'} "
-              "and the next run resumes from them", file=sys.stderr)
+        print(
+            f"[vpo] veRL exited with status {result.returncode}; checkpoints are kept in {out / 'checkpoints'} "
+            "and the next run resumes from them",
+            file=sys.stderr,
+        )
         return VerlRun(result.returncode)
     shutil.rmtree(command.env["RAY_TMPDIR"], ignore_errors=True)  # kept after a failure, for its logs
     steps = convert_metrics(out)
@@ -150,5 +179,14 @@ def train_cell(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_di
     if latest.is_file():
         steps = max(steps, int(latest.read_text().strip() or 0))
     (out / "checkpoints" / FINISHED).touch()
-    return VerlRun(0, trained=True, steps=steps, record={"estimator": command.estimator, "gpus": command.gpus,
-                                                         "batch_preset": command.batch_preset, "model": command.model})
+    return VerlRun(
+        0,
+        trained=True,
+        steps=steps,
+        record={
+            "estimator": command.estimator,
+            "gpus": command.gpus,
+            "batch_preset": command.batch_preset,
+            "model": command.model,
+        },
+    )

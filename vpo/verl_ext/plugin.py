@@ -21,7 +21,9 @@ def trl_has_value_head() -> bool:
     if spec is None or spec.origin is None:
         return False
     root = Path(spec.origin).parent
-    return (root / "experimental" / "ppo").is_dir() or "AutoModelForCausalLMWithValueHead" in (root / "__init__.py").read_text()
+    return (root / "experimental" / "ppo").is_dir() or "AutoModelForCausalLMWithValueHead" in (
+        root / "__init__.py"
+    ).read_text()
 
 
 import verl.utils.import_utils as _verl_imports  # noqa: E402

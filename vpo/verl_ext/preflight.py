@@ -24,7 +24,9 @@ def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
     if method not in METHODS:
         raise PreflightError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
     if task not in (cfg.get("task_settings") or {}):
-        raise PreflightError(f"unknown task {task!r}: config.yaml has task_settings for {', '.join(cfg['task_settings'])}")
+        raise PreflightError(
+            f"unknown task {task!r}: config.yaml has task_settings for {', '.join(cfg['task_settings'])}"
+        )
     base = METHODS[method].base or method  # a variant's settings are its method's
     if base not in (cfg.get("method_settings") or {}):
         raise PreflightError(f"method {base!r} has no method_settings entry in config.yaml; add `{base}: {{}}`")
@@ -33,12 +35,16 @@ def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
 def check_files(command: CellCommand) -> None:
     for path in command.data_files:
         if not path.is_file():
-            raise PreflightError(f"data file {path} does not exist: run `vpo preprocess --task <task> --out {path.parent}`")
+            raise PreflightError(
+                f"data file {path} does not exist: run `vpo preprocess --task <task> --out {path.parent}`"
+            )
     model = command.model
     if model.startswith("/"):
         if not (Path(model) / "config.json").is_file():
-            raise PreflightError(f"model directory {model} has no config.json (set task_settings.<task>.model "
-                                 "to a Hugging Face model directory or a hub id)")
+            raise PreflightError(
+                f"model directory {model} has no config.json (set task_settings.<task>.model "
+                "to a Hugging Face model directory or a hub id)"
+            )
     elif not _HUB_ID.match(model):
         raise PreflightError(f"model {model!r} is neither an existing directory nor a hub id like 'Qwen/Qwen3-4B'")
 
@@ -51,28 +57,38 @@ def check_device(device: str, gpus: int) -> None:
 
     seen = torch.cuda.device_count()
     if seen < gpus:
-        raise PreflightError(f"this cell asks for {gpus} GPU(s) but torch sees {seen} on this machine: run the "
-                             "paper preset on GPU nodes (--profile profiles/slurm or profiles/lsf), or run veRL's "
-                             "trainer here on CPU with `snakemake --config preset=verl_cpu`")
+        raise PreflightError(
+            f"this cell asks for {gpus} GPU(s) but torch sees {seen} on this machine: run the "
+            "paper preset on GPU nodes (--profile profiles/slurm or profiles/lsf), or run veRL's "
+            "trainer here on CPU with `snakemake --config preset=verl_cpu`"
+        )
 
 
 def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_answer: int) -> None:
     b, gpus = command.batch, command.gpus
     rollouts = b.train_batch_size * b.rollout_n
     if rollouts % gpus:
-        raise PreflightError(f"batch preset {command.batch_preset}: {b.train_batch_size} prompts x {b.rollout_n} "
-                             f"rollouts = {rollouts} does not divide over {gpus} GPUs")
+        raise PreflightError(
+            f"batch preset {command.batch_preset}: {b.train_batch_size} prompts x {b.rollout_n} "
+            f"rollouts = {rollouts} does not divide over {gpus} GPUs"
+        )
     if b.ppo_mini_batch_size > b.train_batch_size or b.train_batch_size % b.ppo_mini_batch_size:
-        raise PreflightError(f"batch preset {command.batch_preset}: ppo_mini_batch_size {b.ppo_mini_batch_size} "
-                             f"must divide train_batch_size {b.train_batch_size}")
+        raise PreflightError(
+            f"batch preset {command.batch_preset}: ppo_mini_batch_size {b.ppo_mini_batch_size} "
+            f"must divide train_batch_size {b.train_batch_size}"
+        )
     mini_rollouts = b.ppo_mini_batch_size * b.rollout_n
     if mini_rollouts % gpus or (mini_rollouts // gpus) % b.micro_batch_per_gpu:
-        raise PreflightError(f"batch preset {command.batch_preset}: a mini-batch of {mini_rollouts} rollouts over "
-                             f"{gpus} GPUs is not a multiple of micro_batch_per_gpu {b.micro_batch_per_gpu}")
+        raise PreflightError(
+            f"batch preset {command.batch_preset}: a mini-batch of {mini_rollouts} rollouts over "
+            f"{gpus} GPUs is not a multiple of micro_batch_per_gpu {b.micro_batch_per_gpu}"
+        )
     if m > 1 and response_len // m < min_tokens_per_answer:
-        raise PreflightError(f"m={m} answers do not fit max_response_length={response_len}: "
-                             f"{response_len // m} tokens per answer < verl.min_tokens_per_answer={min_tokens_per_answer}; "
-                             "raise task_settings.<task>.max_response_length.multi or lower m")
+        raise PreflightError(
+            f"m={m} answers do not fit max_response_length={response_len}: "
+            f"{response_len // m} tokens per answer < verl.min_tokens_per_answer={min_tokens_per_answer}; "
+            "raise task_settings.<task>.max_response_length.multi or lower m"
+        )
 
 
 def check_with_verl(command: CellCommand) -> None:

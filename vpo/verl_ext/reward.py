@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                  **verl_kwargs: Any) -> dict:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **verl_kwargs: Any
+) -> dict:
     """Score one response; returns vpo.reward.compute_score's dict (score, sub_scores, channels, acc).
 
     verl_kwargs (`reward_router_address`, `reward_model_tokenizer`, reward_kwargs) are unused:

@@ -31,7 +31,9 @@ class VPOTrainerSync(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         import transfer_queue as tq
 
-        fields = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"])
+        fields = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"]
+        )
         uids = [str(uid) for uid in fields["uid"]]
         infos = [ef.get("reward_extra_info") if isinstance(ef, dict) else None for ef in fields["extra_fields"]]
         rollouts = stage_from_extra_info(infos, step=getattr(self, "global_steps", 0))

@@ -43,8 +43,11 @@ def colour_words(answer: str) -> list[str]:
 class ColoursTask(Task):
     name = "colours"
     label = "Colours"
-    objectives = (("first", "Naming the first colour"), ("second", "Naming the second colour"),
-                  ("third", "Naming the third colour"))
+    objectives = (
+        ("first", "Naming the first colour"),
+        ("second", "Naming the second colour"),
+        ("third", "Naming the third colour"),
+    )
     scalar_weights = (1 / 3, 1 / 3, 1 / 3)  # the mean: the scalar is the weighted sum
     default_m = 3
     single_format_line = "Answer inside <answer></answer>."
@@ -59,10 +62,16 @@ class ColoursTask(Task):
             rows = []
             for index in range(size):
                 colours = rng.sample(PALETTE, 3)
-                content = (f"Colours: {' '.join(colours)}. Name at most two of them. {self.single_format_line}")
-                rows.append({"data_source": self.name, "prompt": [{"role": "user", "content": content}],
-                             "ability": "colours", "reward_model": {"style": "rule", "ground_truth": {"colours": colours}},
-                             "extra_info": {"split": split, "index": index}})
+                content = f"Colours: {' '.join(colours)}. Name at most two of them. {self.single_format_line}"
+                rows.append(
+                    {
+                        "data_source": self.name,
+                        "prompt": [{"role": "user", "content": content}],
+                        "ability": "colours",
+                        "reward_model": {"style": "rule", "ground_truth": {"colours": colours}},
+                        "extra_info": {"split": split, "index": index},
+                    }
+                )
             paths.append(str(write_parquet_atomic(rows, os.path.join(out_dir, f"{split}.parquet"))))
         return paths[0], paths[1]
 

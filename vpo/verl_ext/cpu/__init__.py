@@ -35,8 +35,10 @@ def check_version() -> None:
     import verl
 
     if verl.__version__ != PINNED_VERL:
-        raise RuntimeError(f"the CPU mode of the veRL backend is written for veRL {PINNED_VERL}, but veRL "
-                           f"{verl.__version__} is installed; install verl=={PINNED_VERL} (verl/REQUIRED_VERL.txt)")
+        raise RuntimeError(
+            f"the CPU mode of the veRL backend is written for veRL {PINNED_VERL}, but veRL "
+            f"{verl.__version__} is installed; install verl=={PINNED_VERL} (verl/REQUIRED_VERL.txt)"
+        )
 
 
 def _single_cpu_backend(init):

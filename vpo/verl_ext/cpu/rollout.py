@@ -49,9 +49,16 @@ def server_name(replica_rank: int, node_rank: int = 0) -> str:
     return f"{ROLLOUT_NAME}_server_{replica_rank}_{node_rank}"
 
 
-def sample_batch(model, prompts: list[list[int]], *, max_tokens: list[int], sampling: SamplingSettings,
-                 eos_token_id: int | None, pad_token_id: int, with_logprobs: bool
-                 ) -> list[tuple[list[int], list[float] | None]]:
+def sample_batch(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_tokens: list[int],
+    sampling: SamplingSettings,
+    eos_token_id: int | None,
+    pad_token_id: int,
+    with_logprobs: bool,
+) -> list[tuple[list[int], list[float] | None]]:
     """Sample one continuation per prompt in one left-padded `generate` call with the KV cache.
 
     Each row stops at its end-of-sequence token or at its own `max_tokens` (`sampling.max_new_tokens`
@@ -62,9 +69,15 @@ def sample_batch(model, prompts: list[list[int]], *, max_tokens: list[int], samp
     width = input_ids.shape[1]
     kwargs = {**hf_generate_kwargs(sampling), "max_new_tokens": max(max_tokens)}
     with torch.no_grad():
-        out = model.generate(input_ids=input_ids, attention_mask=attention, pad_token_id=pad_token_id,
-                             eos_token_id=eos_token_id, return_dict_in_generate=True,
-                             output_logits=with_logprobs, **kwargs)
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            return_dict_in_generate=True,
+            output_logits=with_logprobs,
+            **kwargs,
+        )
     generated = out.sequences[:, width:]
     logp = None
     if with_logprobs:
@@ -75,7 +88,7 @@ def sample_batch(model, prompts: list[list[int]], *, max_tokens: list[int], samp
         tokens = generated[row, :limit].tolist()
         if eos_token_id in tokens:
             tokens = tokens[: tokens.index(eos_token_id) + 1]
-        results.append((tokens, logp[row, :len(tokens)].tolist() if with_logprobs else None))
+        results.append((tokens, logp[row, : len(tokens)].tolist() if with_logprobs else None))
     return results
 
 
@@ -103,8 +116,16 @@ class TransformersServer:
         self.pending: list[tuple[list[int], tuple, int, asyncio.Future]] = []
         self.drainer: asyncio.Task | None = None
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, video_data: Any = None, **kwargs) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs,
+    ) -> TokenOutput:
         if image_data is not None or video_data is not None:
             raise ValueError("the transformers CPU rollout generates text only")
         params = dict(sampling_params)
@@ -115,16 +136,26 @@ class TransformersServer:
         if max_tokens is None:
             max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
         max_tokens = max(1, min(int(max_tokens), room))
-        key = (SamplingSettings(temperature=float(params.get("temperature", 1.0)),
-                                top_p=float(params.get("top_p", 1.0)), top_k=int(params.get("top_k", -1) or -1),
-                                seed=None), bool(params.get("logprobs")))
+        key = (
+            SamplingSettings(
+                temperature=float(params.get("temperature", 1.0)),
+                top_p=float(params.get("top_p", 1.0)),
+                top_k=int(params.get("top_k", -1) or -1),
+                seed=None,
+            ),
+            bool(params.get("logprobs")),
+        )
         future = asyncio.get_running_loop().create_future()
         self.pending.append((list(prompt_ids), key, max_tokens, future))
         if self.drainer is None or self.drainer.done():
             self.drainer = asyncio.create_task(self._drain())
         tokens, logprobs = await future
-        return TokenOutput(token_ids=tokens, log_probs=logprobs, stop_reason="completed",
-                           extra_fields={"global_steps": self.global_steps})
+        return TokenOutput(
+            token_ids=tokens,
+            log_probs=logprobs,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps},
+        )
 
     async def _drain(self) -> None:
         """Answer the waiting requests in batches of equal sampling settings (veRL sends one request
@@ -137,13 +168,19 @@ class TransformersServer:
                 groups.setdefault(request[1], []).append(request)
             for (sampling, logprobs), requests in groups.items():
                 for start in range(0, len(requests), BATCH):
-                    chunk = requests[start:start + BATCH]
+                    chunk = requests[start : start + BATCH]
                     try:
                         async with self.lock:
                             results = await asyncio.to_thread(
-                                sample_batch, self.model, [r[0] for r in chunk], max_tokens=[r[2] for r in chunk],
-                                sampling=sampling, eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
-                                with_logprobs=logprobs)
+                                sample_batch,
+                                self.model,
+                                [r[0] for r in chunk],
+                                max_tokens=[r[2] for r in chunk],
+                                sampling=sampling,
+                                eos_token_id=self.eos_token_id,
+                                pad_token_id=self.pad_token_id,
+                                with_logprobs=logprobs,
+                            )
                     except Exception as err:  # every waiting request learns why
                         for request in chunk:
                             request[3].set_exception(err)
@@ -221,8 +258,9 @@ class TransformersAdapter(BaseRollout):
     async def release(self) -> None:
         return None
 
-    async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
-                             wire_format: str = "named_tensors", **kwargs) -> None:
+    async def update_weights(
+        self, weights: Generator[tuple[str, torch.Tensor], None, None], wire_format: str = "named_tensors", **kwargs
+    ) -> None:
         if wire_format != "named_tensors":
             raise ValueError(f"the transformers CPU rollout takes full named tensors, not {wire_format!r}")
         state = {}
