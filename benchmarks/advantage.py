@@ -120,7 +120,8 @@ def main() -> None:
             )
             variances[sampler] = float(draws.var(axis=0, ddof=1).mean())
             print(
-                f"  raw-score variance ({sampler:5s}) {variances[sampler]:.3e}  (mean over rollouts, {args.draws} draws)"
+                f"  raw-score variance ({sampler:5s}) {variances[sampler]:.3e}"
+                f"  (mean over rollouts, {args.draws} draws)"
             )
         ratio = variances["naive"] / variances["sobol"]
         print(f"  Sobol/naive variance reduction: {ratio:.1f}x  (target >= 2 at k = 4, goal 10)")

@@ -28,7 +28,10 @@ def test_unknown_subcommand_is_refused_with_the_known_ones():
 
 
 def test_help_lists_subcommands_without_importing_torch():
-    code = "import sys; from vpo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
+    code = (
+        "import sys; from vpo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "preprocess" in proc.stdout and proc.stdout.strip().endswith("False")
 

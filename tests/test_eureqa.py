@@ -1,4 +1,5 @@
-"""eureqa: preprocessing from the fixture in both local layouts, the mixed split of PAPER_REPRO.md section 3.3 (ryanboldi/vpo at 767db79)
+"""eureqa: preprocessing from the fixture in both local layouts, the mixed split of PAPER_REPRO.md section 3.3
+(ryanboldi/vpo at 767db79)
 (seed 0 permutations), the scorer's normalisation and gate, <response_i> slots, the 5-hop check,
 the hub branch (the real `datasets` parquet builder behind a stubbed hub), and a fuzzed scorer."""
 

@@ -126,7 +126,8 @@ def test_eureqa_slots_and_single_answers():
     h = [1.0, 0.0, 1.0, 0.0, 0.0]  # "the Cy" matches after the article is dropped
     assert vectors == [h, h, [1.0] * 5, ZERO5, [1.0] * 5, ZERO5, ZERO5, ZERO5, ZERO5]
     _, singles = pool("eureqa", EUREQA, [f"{half}\n---\n{good}", "Ada"], m=1)
-    # each entity tag is read at its first occurrence anywhere in the text: A-C from the first chain, D, E from the second
+    # each entity tag is read at its first occurrence anywhere in the text: A-C from the first chain, D, E from the
+    # second
     assert singles == [[1.0, 0.0, 1.0, 1.0, 1.0], ZERO5]
 
 

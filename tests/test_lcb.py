@@ -130,7 +130,7 @@ def test_malicious_pickle_never_runs(tmp_path, capsys):
     assert not canary.exists()
 
 
-# ---- scoring (the fixture records; ryanboldi/vpo at 767db79 vpo_tasks/livecodebench.py, with this project's conventions) ----------------------------------
+# ---- scoring (the fixture records; ryanboldi/vpo at 767db79 vpo_tasks/livecodebench.py; this project's conventions)
 L1_SOLUTIONS = {
     "bare function with its import": (
         "from typing import List\ndef addK(nums, k):\n    return [x + k for x in nums]",
@@ -200,7 +200,7 @@ def test_stdout_rules():
     assert not stdout_matches("6\n7", "6", "official") and not stdout_matches("abc", "abd", "official")
 
 
-# ---- reading answers (ryanboldi/vpo at 767db79 vpo/utils/parse_solutions.py) ------------------------------------------------------------
+# ---- reading answers (ryanboldi/vpo at 767db79 vpo/utils/parse_solutions.py) ----------------------------------------
 def test_code_extraction_rules():
     assert extract_code("a\n```python\nx = 1\n```\n```python\ny = 2\n```") == "x = 1"
     assert extract_code("```python3\nx = 1\n```") == "3\nx = 1"

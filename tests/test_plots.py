@@ -228,7 +228,8 @@ def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
 
 def test_every_figure_has_one_name_for_file_command_rule_and_function():
     """FIGURES, `vpo plot <stem>` and rules/figures.smk agree: rule figure_<stem> writes <stem>.pdf (evolve:
-    evolve_{task}.pdf, ablation: ablation_{ablation}.pdf) through `vpo plot <stem>`, whose function is named <stem>; no figure rule is left out."""
+    evolve_{task}.pdf, ablation: ablation_{ablation}.pdf) through `vpo plot <stem>`, whose function is named <stem>;
+    no figure rule is left out."""
     import re
     from pathlib import Path
 

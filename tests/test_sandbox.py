@@ -290,7 +290,8 @@ def test_an_unprivileged_caller_gets_a_user_namespace(tmp_path):
         "from vpo.sandbox import run_program\n"
         "code = ('import os, socket\\n'\n"
         "        'print(os.getpid())\\n'\n"
-        '        \'for act in (lambda: open("/tmp/x", "w"), lambda: socket.create_connection(("127.0.0.1", 22), 1)):\\n\'\n'
+        '        \'for act in (lambda: open("/tmp/x", "w"),\'\n'
+        "        '            lambda: socket.create_connection((\"127.0.0.1\", 22), 1)):\\n'\n"
         '        \'    try:\\n        act(); print("allowed")\\n    except OSError:\\n        print("refused")\\n\'\n'
         "        'print(os.system(\"mount -o remount,rw / 2>/dev/null\") != 0)\\n')\n"
         "r = run_program(code, timeout_s=5)\n"

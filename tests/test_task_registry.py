@@ -160,7 +160,10 @@ def test_a_scorer_that_raises_reaches_the_user_as_one_line_naming_the_task(words
 
 
 def test_importing_the_api_imports_no_task():
-    code = "import sys, vpo.task, vpo.reward, vpo.prompts; print(sorted(m for m in sys.modules if m.startswith('vpo_tasks')))"
+    code = (
+        "import sys, vpo.task, vpo.reward, vpo.prompts; "
+        "print(sorted(m for m in sys.modules if m.startswith('vpo_tasks')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -194,7 +197,8 @@ class Colours(Task):
         os.makedirs(out_dir, exist_ok=True)
         paths = []
         for split in ("train", "test"):
-            row = {"data_source": self.name, "prompt": [{"role": "user", "content": "Name a colour. Answer in one line."}],
+            row = {"data_source": self.name,
+                   "prompt": [{"role": "user", "content": "Name a colour. Answer in one line."}],
                    "ability": "toy", "reward_model": {"style": "rule", "ground_truth": {"colour": "any"}},
                    "extra_info": {"split": split, "index": 0}}
             paths.append(os.path.join(out_dir, f"{split}.parquet"))

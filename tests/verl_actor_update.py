@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def padded_batch(prompts, responses, n: int, pad: int):
-    """veRL's padded rollout layout: prompts (B, P) left-padded, input_ids (B, P + R) = left-padded prompt + right-padded response,
+    """veRL's padded rollout layout: prompts (B, P) left-padded, input_ids (B, P + R) = left-padded prompt +
+    right-padded response,
     attention_mask, position_ids (cumulative count of real tokens - 1, pads at 0), responses (B, R),
     response_mask (B, R)."""
     import torch

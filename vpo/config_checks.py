@@ -1,8 +1,9 @@
 """The config's rules that span several keys, which its schema cannot express: every task and method
-of the grid has settings, the ablations compare known methods on the grid's tasks, the evaluation budget holds whole groups of m, a method gets only the
-settings its estimator takes (and alpha where it draws weights), Max@k's subset fits the group, the
-search's selection methods are in the grid, a task's data settings and prompt templates are usable.
-`vpo.config` runs them on every resolved config and reports them all at once.
+of the grid has settings, the ablations compare known methods on the grid's tasks, the evaluation
+budget holds whole groups of m, a method gets only the settings its estimator takes (and alpha where it
+draws weights), Max@k's subset fits the group, the search's selection methods are in the grid, a task's
+data settings and prompt templates are usable. `vpo.config` runs them on every resolved config and
+reports them all at once.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading the pipeline's files with errors that name the file, what is wrong and how to rebuild it:
-a task's parquet split as plain Python rows (veRL's row schema: data_source, prompt, ability, reward_model, extra_info), a JSON object
-(train.json, evalseed*.json) and a non-empty CSV (the aggregates)."""
+a task's parquet split as plain Python rows (veRL's row schema: data_source, prompt, ability,
+reward_model, extra_info), a JSON object (train.json, evalseed*.json) and a non-empty CSV (the aggregates)."""
 
 from __future__ import annotations
 

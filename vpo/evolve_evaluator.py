@@ -3,7 +3,8 @@
 A "program" is what OpenEvolve keeps of one model response: the first fenced block, else the whole
 text (`openevolve.utils.code_utils.parse_full_rewrite`). A multi-answer model's response to a code task
 holds m fenced programs, so the search's client (`program_client`) hands OpenEvolve every distinct one
-in a single block, `---` lines between them, as a maze response keeps all its routes. Its answers are the task's own split
+in a single block, `---` lines between them, as a maze response keeps all its routes. Its answers are
+the task's own split
 (`Task.split_answers` with the cell's m: a VPO model writes m routes in one response), or the text
 as one answer when it holds no slots. Its score is the best answer's task scalar (LiveCodeBench: the
 fraction of tests passed; maze: the mean of the four objectives), and it is solved when that answer

@@ -55,6 +55,7 @@ class Progress:
         units = done - self.start_done
         left = (self.total - done) * elapsed / units if units > 0 else float("nan")
         eta = "done" if done >= self.total else (f"about {format_seconds(left)} left" if units > 0 else "estimating")
-        line = f"{self.label} {done}/{self.total}{' ' + detail if detail else ''} ({format_seconds(elapsed)} elapsed, {eta})"
+        shown = f" {detail}" if detail else ""
+        line = f"{self.label} {done}/{self.total}{shown} ({format_seconds(elapsed)} elapsed, {eta})"
         self.emit(line)
         return line

@@ -204,7 +204,8 @@ def differences(recorded: dict, here: dict) -> list[str]:
             for name in sorted(set(ours or {}) | set(theirs or {})):
                 if (ours or {}).get(name) != (theirs or {}).get(name):
                     lines.append(
-                        f"{name}: {(ours or {}).get(name, 'absent')} (result) vs {(theirs or {}).get(name, 'absent')} (here)"
+                        f"{name}: {(ours or {}).get(name, 'absent')} (result) vs "
+                        f"{(theirs or {}).get(name, 'absent')} (here)"
                     )
         elif field == "lock":
             if (ours or {}).get("sha256") != (theirs or {}).get("sha256") or (ours or {}).get("matches") != (

@@ -68,7 +68,9 @@ class Program:
 
 @dataclass(frozen=True)
 class RunResult:
-    status: Status  # ok: exit 0; error: other exit or a crash; timeout; memory: MemoryError or over the cap; killed: a signal or the stdout cap
+    # ok: exit 0; error: other exit or a crash; timeout; memory: MemoryError or over the cap; killed: a signal or
+    # the stdout cap
+    status: Status
     returncode: int | None  # exit code, or None when it ended on a signal or was killed
     signal: int | None  # the signal that ended it, if any
     stdout: str  # at most STDOUT_LIMIT bytes, decoded as UTF-8 with replacement

@@ -22,7 +22,8 @@ Isolation, strongest first (the namespaces, the uid and the root are vpo/sandbox
 Memory, for the program as a whole (all its processes together): a memory cgroup where the machine
 allows one (cgroup v2 with the memory controller delegated, or v1's memory controller as root),
 otherwise a watcher that sums the resident memory of the program's processes every 20 ms; over the
-limit, all of the program's processes are killed. `isolation.json` names which one held; `exit.json` says whether it fired.
+limit, all of the program's processes are killed. `isolation.json` names which one held; `exit.json` says
+whether it fired.
 """
 
 import importlib.util

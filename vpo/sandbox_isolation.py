@@ -85,8 +85,9 @@ def under(path, roots):
 def seal_mounts(work, spec):
     """Inside a new mount namespace: a new root (a tmpfs on the job's `work` directory) holding the
     runtime paths bound read-only, the devices, a writable tmpfs working directory and a /proc of the
-    new PID namespace, made the root of the namespace; paths of the caller's that fall inside a bound directory (the checkout, its
-    working directory, the home directory) are covered by empty tmpfs. Returns the working directory."""
+    new PID namespace, made the root of the namespace; paths of the caller's that fall inside a bound directory
+    (the checkout, its working directory, the home directory) are covered by empty tmpfs. Returns the
+    working directory."""
     check(libc.unshare(CLONE_NEWNS), "mount namespace")
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")

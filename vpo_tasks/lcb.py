@@ -120,7 +120,8 @@ def prompt_fields(raw: RawProblem) -> dict[str, str]:
     dropped from signatures) and the entry sentence (the function's signature, or stdin/stdout)."""
     question = raw.question.replace("(self, ", "(").replace("(self)", "()")
     if raw.testtype == "functional":
-        entry = f"Your solution should be a Python function with this signature:\n{signature(raw.starter_code, str(raw.fn_name))}"
+        shown = signature(raw.starter_code, str(raw.fn_name))
+        entry = f"Your solution should be a Python function with this signature:\n{shown}"
     else:
         entry = "Write a complete Python program that reads the input from stdin and writes the answer to stdout."
     return {"question": question, "entry": entry}

@@ -206,7 +206,8 @@ def load_models(spec: RunSpec, method, m: int) -> Models:
     if longest > policy.config.max_position_embeddings:
         raise ValueError(
             f"prompt ({longest - max_new} tokens) + max_new_tokens ({max_new}) exceeds the model's "
-            f"{policy.config.max_position_embeddings} positions; raise local_trainer.max_positions and rebuild the base model"
+            f"{policy.config.max_position_embeddings} positions; raise local_trainer.max_positions and rebuild the "
+            "base model"
         )
     return Models(policy, reference, tokenizer, rows, prompt_ids, max_new)
 

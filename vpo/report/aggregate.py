@@ -130,7 +130,10 @@ def provenance_record(paths: Iterable[str | os.PathLike]) -> dict:
     results = {}
     for path in paths:
         payload = json.loads(Path(path).read_text())
-        name = f"{payload.get('task')}/{payload.get('method')}/seed{payload.get('train_seed')}/evalseed{payload.get('eval_seed')}"
+        name = (
+            f"{payload.get('task')}/{payload.get('method')}/seed{payload.get('train_seed')}"
+            f"/evalseed{payload.get('eval_seed')}"
+        )
         results[name] = {
             "evaluation": payload.get("provenance") or {},
             "training": payload.get("training_provenance") or {},

@@ -2,7 +2,8 @@
 
 Prints the numbers README quotes (per method: best@1 and best@budget of the task scalar, the evaluation
 pool's diversity, mean and standard error over training seeds; the training batches' pool diversity at
-the first and last step; the evolutionary search's solved problems at its last iteration) and then one line per claim: holds or fails, with its 95% interval.
+the first and last step; the evolutionary search's solved problems at its last iteration) and then one
+line per claim: holds or fails, with its 95% interval.
 The exit status is 1 when a claim fails, so CI, which runs it on a fresh CPU default run, fails when a
 change flips a claim, instead of README going wrong quietly.
 

@@ -85,7 +85,8 @@ def intervals(
         draw_interval_panel(ax, better, others, value="probability", estimators=("",))
         ax.axvline(0.5, color="0.5", lw=0.8, ls="--")
         ax.set(
-            title=f"{task_label(task)}: P({method_label(reference)} > ·), best@{int(better.k.max()) if len(better) else ''}",
+            title=f"{task_label(task)}: P({method_label(reference)} > ·), "
+            f"best@{int(better.k.max()) if len(better) else ''}",
             xlabel="probability of improvement",
         )
     add_marker_legend(axes[0], methods)
@@ -95,7 +96,8 @@ def intervals(
         out,
         title="Interval estimates over training seeds and problems",
         n_seeds=_seeds(intervals),
-        note=f"95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} training seeds x "
+        note="95% stratified-bootstrap intervals over "
+        f"{'/'.join(map(str, sorted(_seeds(intervals))))} training seeds x "
         "problems (seeds within problems, and problems)",
         scale=scale,
         integer_x=False,
@@ -187,7 +189,8 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
         out,
         title="The evaluation pool as a multi-objective set",
         n_seeds=_seeds(intervals),
-        note=f"per problem, then 95% stratified-bootstrap intervals over {'/'.join(map(str, sorted(_seeds(intervals))))} "
+        note="per problem, then 95% stratified-bootstrap intervals over "
+        f"{'/'.join(map(str, sorted(_seeds(intervals))))} "
         "training seeds x problems",
         scale=scale,
         integer_x=False,

@@ -142,7 +142,8 @@ def seed_note(n_seeds: set[int], *, per_seed_lines: bool) -> str | None:
     """The suptitle's second line when seeds are drawn one by one (None: finish's default)."""
     if not per_seed_lines or max(n_seeds) >= MIN_SEEDS_FOR_BAND or max(n_seeds) < 2:
         return None
-    return f"thick: mean over {'/'.join(map(str, sorted(n_seeds)))} training seeds; thin: each seed (too few for an error band)"
+    seeds = "/".join(map(str, sorted(n_seeds)))
+    return f"thick: mean over {seeds} training seeds; thin: each seed (too few for an error band)"
 
 
 def finish(

@@ -179,7 +179,8 @@ def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: b
     caption = (
         f"best@{best_at} on the task scalar and reward-space diversity of the evaluation pool "
         f"(mean pairwise L1), mean ± standard error over {'/'.join(map(str, seeds))} training "
-        f"seed{'' if seeds == [1] else 's'}{' (one seed: no standard error, no leader marked)' if seeds == [1] else ''}. "
+        f"seed{'' if seeds == [1] else 's'}"
+        f"{' (one seed: no standard error, no leader marked)' if seeds == [1] else ''}. "
         f"Bold: leads every other method by more than one standard error on each side; "
         f"{TIE_MARK}: tied for the lead (intervals overlap)."
     )

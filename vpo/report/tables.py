@@ -4,7 +4,8 @@
 and task, mean ± standard error over training seeds; a task's best best@K in bold only when its
 ±1 SE interval clears every other method's, else the methods tied for the lead are marked.
 `vpo table curve`: one task's best@k or pass@k curve, methods x landmark k.
-`vpo table evolve`: problems solved by the evolutionary search at chosen iterations (from results/aggregate/evolve_*.csv).
+`vpo table evolve`: problems solved by the evolutionary search at chosen iterations (from
+results/aggregate/evolve_*.csv).
 `vpo table ablations`: each ablation's methods (config.yaml `ablations`), best@k at chosen k and diversity.
 The CSV holds the numbers (mean and stderr columns); Markdown (pandas' to_markdown) and LaTeX
 (pandas' Styler.to_latex, booktabs, a spanning header per task) hold the formatted cells.
