@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from vpo_tasks.lcb import LCB, LcbSettings
-from vpo_tasks.lcb_sources import deepcoder_tests, DroppedRecord
+from vpo_tasks.lcb_deepcoder import deepcoder_tests
+from vpo_tasks.lcb_sources import DroppedRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepcoder"
 LOCAL = {"source": "deepcoder", "deepcoder": {"path": str(FIXTURE)}}

@@ -23,13 +23,13 @@ from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
 from vpo.task import Task, as_random, settings_from
+from vpo_tasks.lcb_deepcoder import deepcoder_records
 from vpo_tasks.lcb_sources import (
     SOURCES,
     DeepCoderSource,
     DroppedRecord,
     LiveCodeBenchSource,
     RawProblem,
-    deepcoder_records,
     livecodebench_records,
 )
 from vpo_tasks.lcb_grading import (

@@ -4,13 +4,8 @@ livecodebench  `livecodebench/code_generation_lite` at a revision without the lo
                generic JSON builder reads every `test*.jsonl`), or a directory of those files. Train
                and test are contest-date windows. Tests: the record's private tests, as JSON or as
                base64 -> zlib -> pickle, read by an unpickler that admits plain data only.
-deepcoder      `agentica-org/DeepCoder-Preview-Dataset` (the data the paper's LiveCodeBench case
-               study trains on): training problems from the configs `primeintellect`, `taco` and
-               `lcbv5`, the held-out problems from `lcbv5`'s test split (LiveCodeBench problems of
-               2024-08-01 to 2025-02-01 in the dataset card's account), or a directory in the
-               dataset's layout (`<config>/<split>-*.parquet`). Each row holds `problem` (the
-               statement), `tests` (JSON text) and, in `lcbv5`, `starter_code` and
-               `metadata.func_name`. The three configs encode tests differently (`deepcoder_tests`).
+deepcoder      `agentica-org/DeepCoder-Preview-Dataset`: read by vpo_tasks/lcb_deepcoder.py into the
+               same shape.
 
 Every test becomes {"input", "output"} text in LiveCodeBench's encoding: a functional test's input
 is one JSON argument per line and its output one JSON value; a stdin test's are the raw texts.
@@ -22,7 +17,6 @@ import base64
 import io
 import json
 import pickle
-import re
 import zlib
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -234,7 +228,7 @@ def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
     return RawProblem(
         str(record["question_id"]),
         str(record["question_content"]),
-        _starter(record),
+        starter_code(record),
         tests,
         testtype,
         func_name(record.get("metadata")),
@@ -243,7 +237,7 @@ def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
     )
 
 
-def _starter(record: dict[str, Any]) -> str:
+def starter_code(record: dict[str, Any]) -> str:
     """A record's starter code: text, or none."""
     starter = record.get("starter_code") or ""
     if not isinstance(starter, str):
@@ -267,126 +261,3 @@ def livecodebench_records(src: LiveCodeBenchSource) -> Iterator[tuple[str, dict[
     chosen.sort(key=lambda item: (item[0] != "train", item[1] if item[0] == "train" else datetime.min))
     for split, _, record in chosen:
         yield split, record, livecodebench_problem
-
-
-# ---- deepcoder -------------------------------------------------------------------------------
-def _unwrap(value: Any) -> Any:
-    """A call-based expected output as TACO and PrimeIntellect store it: wrapped in a one-item list."""
-    return value[0] if isinstance(value, list) and len(value) == 1 else value
-
-
-def _text(value: Any) -> str:
-    """A stdin test's input or output: text, or a list of lines."""
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return "\n".join(value)
-    if not isinstance(value, str):
-        raise DroppedRecord("unreadable tests", f"a stdin test holds {type(value).__name__}, not text")
-    return value
-
-
-def _call(args: Any, expected: Any) -> dict[str, str]:
-    """A call-based test in LiveCodeBench's encoding: one JSON argument per line, the unwrapped output."""
-    if not isinstance(args, list):
-        raise DroppedRecord("unreadable tests", f"call arguments are {type(args).__name__}, not a list")
-    return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(_unwrap(expected))}
-
-
-def deepcoder_tests(raw: Any) -> tuple[str, str | None, list[dict[str, str]]]:
-    """(testtype, fn_name or None, tests) of a row's `tests` value, in any of the three encodings:
-
-    lcbv5           [{"input", "output", "testtype": "stdin" | "functional"}] as LiveCodeBench's
-    primeintellect  [{"type": "stdin_stdout" | "function_call", "input", "output", "fn_name"?}]
-                    (a call's input is the argument list, its output [expected])
-    taco            {"inputs": [...], "outputs": [...], "fn_name"?} (a call's outputs each [expected])
-    """
-    try:
-        value = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
-    except ValueError as err:
-        raise DroppedRecord("unreadable tests", f"tests are not JSON ({err})") from None
-    if isinstance(value, dict) and isinstance(value.get("inputs"), list) and isinstance(value.get("outputs"), list):
-        fn = value.get("fn_name")
-        pairs = list(zip(value["inputs"], value["outputs"]))
-        if fn:
-            return "functional", str(fn), [_call(a, o) for a, o in pairs]
-        return "stdin", None, [{"input": _text(a), "output": _text(o)} for a, o in pairs]
-    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
-        raise DroppedRecord("unreadable tests", "tests are neither a list of objects nor {inputs, outputs}")
-    kinds = {t.get("testtype") or t.get("type") for t in value}
-    if len(kinds) > 1:
-        raise DroppedRecord("mixed test types", f"test types {sorted(map(str, kinds))} in one problem")
-    kind = kinds.pop() if kinds else "stdin"
-    if kind in ("stdin", "stdin_stdout"):
-        return "stdin", None, [{"input": _text(t.get("input")), "output": _text(t.get("output"))} for t in value]
-    if kind == "functional":
-        return "functional", None, [{"input": _text(t.get("input")), "output": _text(t.get("output"))} for t in value]
-    if kind == "function_call":
-        names = {t.get("fn_name") for t in value}
-        return (
-            "functional",
-            (names.pop() if len(names) == 1 else None),
-            [_call(t.get("input"), t.get("output")) for t in value],
-        )
-    raise DroppedRecord("unreadable tests", f"unknown test type {kind!r}")
-
-
-def deepcoder_problem(record: dict[str, Any]) -> RawProblem:
-    testtype, fn, tests = deepcoder_tests(record.get("tests"))
-    starter = _starter(record)
-    if testtype == "functional" and not fn:
-        fn = func_name(record.get("metadata"))
-        match = re.search(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", starter, re.MULTILINE)
-        fn = fn or (match.group(1) if match else None)
-    info = {"source": f"deepcoder/{record['_config']}", "platform": None, "difficulty": None}
-    return RawProblem(record["_id"], str(record["problem"]), starter, tests, testtype, fn, info)
-
-
-def load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[str, Any]]:
-    """One config's split, each row tagged with `_config` and `_id` (<config>-<split>-<row>)."""
-    if src.path:
-        folder = Path(src.path).expanduser() / config
-        files = [
-            f
-            for f in sorted(folder.glob(f"{split}-*.parquet")) or sorted((folder / split).glob("*.parquet"))
-            if f.is_file()
-        ]  # a folder named *.parquet is no file of the dataset
-        if not files:
-            raise DataUnavailable(
-                f"lcb: task_settings.lcb.data.deepcoder.path = {src.path!r} holds no "
-                f"{config}/{split}-*.parquet (the dataset's layout)"
-            )
-        import pyarrow.parquet as pq
-
-        rows = []
-        for f in files:
-            table = pq.read_table(f)
-            missing = sorted({"problem", "tests"} - set(table.column_names))
-            if missing:
-                raise DataUnavailable(
-                    f"lcb: {f} has no column {', '.join(missing)} (columns: "
-                    f"{', '.join(table.column_names)}); it is not a DeepCoder file"
-                )
-            rows += table.to_pylist()
-    else:
-        rows = [
-            dict(r)
-            for r in load_hub_dataset(
-                "lcb",
-                src.dataset,
-                name=config,
-                split=split,
-                revision=src.revision,
-                path_setting="task_settings.lcb.data.deepcoder.path",
-            )
-        ]
-    for i, row in enumerate(rows):
-        row["_config"], row["_id"] = config, f"{config}-{split}-{i}"
-    return rows
-
-
-def deepcoder_records(src: DeepCoderSource) -> Iterator[tuple[str, dict[str, Any], Any]]:
-    """(split, record, reader): the training configs in the order given, then the test config."""
-    for config in src.train:
-        for record in load_deepcoder(src, config, "train"):
-            yield "train", record, deepcoder_problem
-    for record in load_deepcoder(src, src.test, "test"):
-        yield "test", record, deepcoder_problem
