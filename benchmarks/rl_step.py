@@ -6,7 +6,8 @@ finished run) the step times its cells logged.
     python benchmarks/rl_step.py --runs results/cpu/runs  # and the median step and generation seconds per cell
 
 A random-init model at the cpu preset's size writes until the token limit, so every rollout generates
-all its tokens (a trained model stops earlier: its cells' logged steps are shorter). The whole steps
+all its tokens (a trained model stops earlier: its cells' logged steps are shorter); the scoring line cuts
+those responses to a trained policy's spread of lengths, where the length buckets pay. The whole steps
 are `vpo.local.trainer.Learner.step` for VPO with m = 3 (sample, score, estimate, two updates), the
 cpu preset's settings. Operations are counted with a torch dispatch mode over a whole sampling call
 (prefill and sampling included) and divided by its decoding steps; "compute" leaves out the view
@@ -155,6 +156,41 @@ def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
     return [(r["step_s"], r["generation_s"]) for r in records]
 
 
+def time_scoring(model, tokenizer, prompt_ids, n: int, max_new_tokens: int, repeats: int) -> dict[int, float]:
+    """Seconds of one forward and backward of the grouped log-probabilities (vpo/local/group_forward.py)
+    over n sampled responses per prompt cut to lengths drawn from 5 to 100 tokens, one at the limit (a
+    trained multi-answer policy's spread), with the responses in 1 and in 3 length buckets."""
+    import torch
+
+    from vpo.generate import SamplingSettings, sample_responses
+    from vpo.local.group_forward import StepBatch, group_response_logprobs
+
+    sampling = SamplingSettings(temperature=1.0, max_new_tokens=max_new_tokens, seed=0)
+    responses = sample_responses(model, tokenizer, prompt_ids, n, sampling)
+    lengths = torch.randint(5, 100, (len(responses),), generator=torch.Generator().manual_seed(0)).tolist()
+    lengths[0] = max_new_tokens
+    batch = StepBatch(prompt_ids, [r[:k] for r, k in zip(responses, lengths)], n, tokenizer.pad_token_id)
+    seconds = {}
+    for buckets in (1, 3):
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            start = time.perf_counter()
+            logp, _ = group_response_logprobs(
+                model,
+                batch.prompts,
+                batch.prompt_attention,
+                batch.group_of,
+                batch.responses,
+                batch.mask,
+                buckets=buckets,
+            )
+            (logp * batch.mask).sum().backward()
+            times.append(time.perf_counter() - start)
+            model.zero_grad()
+        seconds[buckets] = statistics.median(times[1:])
+    return seconds
+
+
 def logged_step_times(runs: Path) -> list[tuple[str, float, float, int]]:
     """(cell, median step_s, median generation_s, steps) of every metrics.jsonl under `runs`."""
     rows = []
@@ -208,6 +244,13 @@ def main() -> None:
     print(f"  speed-up: {results['transformers generate'] / results['vpo/llama_sampler.py']:.1f}x")
     total, compute = operations_per_step(model, tokenizer, prompt_ids, args.samples, args.max_new_tokens)
     print(f"  vpo/llama_sampler.py dispatches {total:.0f} torch operations per decoding step ({compute:.0f} compute)")
+
+    scoring = time_scoring(model.train(), tokenizer, prompt_ids, args.samples, args.max_new_tokens, args.repeats)
+    print(
+        f"scoring {rollouts} responses of 5 to {args.max_new_tokens} tokens (forward and backward): "
+        f"{scoring[1]:.3f} s in one padded batch, {scoring[3]:.3f} s in 3 length buckets"
+    )
+    model.eval()
 
     times = time_steps(model, tokenizer, rows, args.steps)
     print(
