@@ -255,9 +255,9 @@ def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: Evo
 
     from vpo.evolve_evaluator import program_client
 
-    trace, output_dir = problem_dir / TRACE, problem_dir / "openevolve"
+    trace, failures, output_dir = problem_dir / TRACE, problem_dir / FAILURES, problem_dir / "openevolve"
     checkpointed, checkpoint = last_checkpoint(output_dir)
-    for path in (trace, trace.with_name(FAILURES)):
+    for path in (trace, failures):
         keep_through(path, checkpointed)
     if checkpointed >= settings.iterations:
         return checkpointed
@@ -282,7 +282,7 @@ def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: Evo
             )
         )
     except EvolutionFailedError as err:  # no program at all: fine if the model answered with nothing usable
-        errors = [r.get("error") or "" for r in read_records(trace.with_name(FAILURES)).values()]
+        errors = [r.get("error") or "" for r in read_records(failures).values()]
         if not errors or not all(NO_PROGRAM in e for e in errors):
             raise RuntimeError(
                 f"problem {problem_dir.name}: the search got no program from the model server ({err})"
