@@ -40,6 +40,7 @@ MODULES = {
     # the property tests (hundreds of generated batches each) test the tasks' parsers, not the dispatcher
     "vpo/reward.py": ["tests/test_reward.py", "-k", "not arbitrary_text and not move_sequences"],
     "vpo/local/rl.py": ["tests/test_local_rl.py"],
+    "vpo/local/adamw.py": ["tests/test_adamw.py"],
     "vpo/evaluate.py": ["tests/test_eval_candidates.py"],
     "vpo_tasks/maze.py": ["tests/test_maze.py"],
     # each task's "never raises" property test scores thousands of generated texts (25 s a run), and the

@@ -207,10 +207,11 @@ def warm_start(
     gradients clipped to 1); returns each step's loss and leaves the model in eval mode."""
     import torch
 
+    from vpo.local.adamw import AdamW
     from vpo.local.group_forward import StepBatch
     from vpo.task import task_code
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr, betas=(0.9, 0.999), weight_decay=0.01)
+    optimizer = AdamW(model.parameters(), lr=cfg.warm_start_lr, betas=(0.9, 0.999), weight_decay=0.01)
     losses = []
     progress = Progress(cfg.warm_start_steps, "warm start step")
     model.train()

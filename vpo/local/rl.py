@@ -47,11 +47,12 @@ def low_var_kl(logp, ref_logp):
 
 def optimizer_for(policy, settings):
     """The policy's optimizer: AdamW at a constant learning rate, betas (0.9, 0.999), eps 1e-8 and the
-    settings' weight decay (veRL's actor optimizer with `lr_scheduler_type: constant` and no warmup)."""
-    import torch
+    settings' weight decay (veRL's actor optimizer, torch's AdamW, with `lr_scheduler_type: constant` and
+    no warmup; vpo/local/adamw.py computes torch's AdamW update to the same floats)."""
+    from vpo.local.adamw import AdamW
 
     adam = {"betas": (0.9, 0.999), "eps": 1e-8}  # pragma: no mutate (torch's defaults, written out as veRL's)
-    return torch.optim.AdamW(policy.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, **adam)
+    return AdamW(policy.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, **adam)
 
 
 def policy_update(policy, optimizer, batch, advantages, reference_logp, settings) -> dict[str, list[float]]:

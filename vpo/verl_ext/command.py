@@ -92,6 +92,10 @@ def _quoted(text: str) -> str:
 # with fake GPU slots, one TransferQueue storage unit (more stall on 2 cores), no flash attention or
 # remove-padding kernels. Facts and veRL line numbers: verl/README.md, "CPU mode".
 CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}  # cuda: veRL's FSDP engine, which runs on CPU
+# Ray's raylet starts one idle worker per logical CPU (9 here) when the driver connects; veRL's actors
+# carry their own runtime environment and start workers of their own, so those 9 only load Python and
+# Ray (about 5 CPU seconds each) on the job's 2 cores. The raylet reads this from the driver's environment.
+RAY_CPU_ENV = {"RAY_prestart_worker_first_driver": "0"}
 
 
 def cpu_overrides(gpus: int) -> list[str]:
@@ -113,6 +117,9 @@ def cpu_overrides(gpus: int) -> list[str]:
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "data.dataloader_num_workers=0",
+        # one reward process, not veRL's 8: each is a Ray actor that loads Python, torch and veRL (about 7 CPU
+        # seconds) to score a handful of rollouts with a rule (the workers only spread the scoring)
+        "reward.num_workers=1",
         # one agent loop worker (veRL starts 8 by default: 8 Ray processes that each import veRL)
         "actor_rollout_ref.rollout.agent.num_workers=1",
     ]
@@ -155,7 +162,7 @@ def build_command(
         overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
     if settings.device == "cpu":
         overrides += cpu_overrides(gpus)
-        env.update(CPU_ENV)
+        env.update(CPU_ENV | RAY_CPU_ENV)
         for key, value in CPU_ENV.items():
             overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
     overrides += list(settings.overrides)
