@@ -3,6 +3,7 @@ across the two."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
@@ -35,6 +36,7 @@ def test_every_float_equals_torch_adamw_over_steps_with_a_changing_rate_and_a_mi
     theirs = torch.optim.AdamW(
         torch_model.parameters(), lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay
     )
+    assert ours.param_groups[0]["params"] == list(ours_model.parameters())  # the tensors, as in torch's group
     for step in range(12):
         lr = 3e-3 * (0.1 + 0.9 * (1 - step / 12))  # a schedule that sets the group's rate, as the warm start does
         ours.param_groups[0]["lr"] = theirs.param_groups[0]["lr"] = lr
@@ -76,10 +78,32 @@ def test_state_dicts_load_across_torch_and_ours_and_continue_with_the_same_float
         backward(model, 3)
         optimizer.step()
     assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), torch_model.parameters()))
-    back = torch.optim.AdamW(torch_model.parameters(), lr=1.0)
-    back.load_state_dict(ours.state_dict())  # and the other way
-    assert back.state_dict()["param_groups"][0]["lr"] == 1e-2
-    assert torch.equal(back.state_dict()["state"][0]["exp_avg"], ours.state[0]["exp_avg"])
+    # and the other way: torch's AdamW continues from ours, still decoupled, with the same floats
+    back = torch.optim.AdamW(torch_model.parameters(), lr=1.0, weight_decay=0.0)
+    back.load_state_dict(copy.deepcopy(ours.state_dict()))  # as a checkpoint holds it (torch keeps no copy)
+    assert back.param_groups[0]["lr"] == 1e-2 and back.param_groups[0]["weight_decay"] == 0.01
+    for model, optimizer in ((ours_model, ours), (torch_model, back)):
+        optimizer.zero_grad()
+        backward(model, 4)
+        optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), torch_model.parameters()))
+    assert ours.param_groups[0]["params"] == list(ours_model.parameters())  # the tensors, as in torch's group
+
+
+def test_a_loaded_state_takes_the_parameters_dtype_and_a_plain_step_count():
+    param = torch.nn.Parameter(torch.ones(2))
+    optimizer = AdamW([param], lr=0.1)
+    moments = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    saved = {
+        "state": {0: {"step": 3, "exp_avg": moments, "exp_avg_sq": moments}},
+        "param_groups": [{"params": [0], "lr": 0.1, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}],
+    }
+    optimizer.load_state_dict(saved)
+    state = optimizer.state[0]
+    assert state["exp_avg"].dtype == torch.float32 and state["exp_avg_sq"].dtype == torch.float32
+    assert state["step"].dtype == torch.float32 and float(state["step"]) == 3.0
+    moments[0] = 9.0  # the loaded state is a copy
+    assert float(state["exp_avg"][0]) == 0.5
 
 
 def test_a_state_of_other_parameters_is_refused_naming_the_mismatch():
@@ -95,7 +119,7 @@ def test_a_state_of_other_parameters_is_refused_naming_the_mismatch():
     state["state"][0]["exp_avg"] = torch.zeros(3, 3)
     with pytest.raises(ValueError, match="exp_avg of parameter 0 has shape"):
         optimizer.load_state_dict(state)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="^AdamW got an empty parameter list$"):
         AdamW([], lr=1e-3)
 
 

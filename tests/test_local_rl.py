@@ -82,7 +82,7 @@ def test_the_optimizer_is_adamw_with_verls_constants_and_the_settings_rate_and_d
     policy = torch.nn.Linear(3, 2)
     optimizer = optimizer_for(policy, settings)
     group = optimizer.param_groups[0]
-    assert type(optimizer) is AdamW and optimizer.params == list(policy.parameters())
+    assert type(optimizer) is AdamW and group["params"] == list(policy.parameters())
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (0.003, (0.9, 0.999), 1e-8, 0.05)
 
 

@@ -22,30 +22,15 @@ class AdamW:
         if not params:
             raise ValueError("AdamW got an empty parameter list")
         self.params = params
-        # torch's one group, as its state_dict spells it (`lr` is read and set by the warm start's schedule)
-        group = {
-            "lr": lr,
-            "betas": tuple(betas),
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "amsgrad": False,
-            "foreach": None,
-            "maximize": False,
-            "capturable": False,
-            "differentiable": False,
-            "fused": None,
-            "decoupled_weight_decay": True,
-        }
-        self.param_groups = [group]
+        # torch's one group (`lr` is read and set by the warm start's schedule); torch.optim.AdamW fills in
+        # its other keys (amsgrad, maximize...) with their defaults when it loads this group
+        self.param_groups = [{"params": params, "lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}]
         self.state: dict[int, dict] = {}  # parameter index -> step, exp_avg, exp_avg_sq (made at its first gradient)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
         """Drop every parameter's gradient (torch's default, set_to_none)."""
         for param in self.params:
-            if set_to_none:
-                param.grad = None
-            elif param.grad is not None:
-                param.grad.zero_()
+            param.grad = None
 
     def step(self) -> None:
         """One update of every parameter that has a gradient; the others keep their value and state."""
@@ -61,13 +46,13 @@ class AdamW:
                 state = self.state.get(index)
                 if state is None:
                     state = self.state[index] = {
-                        "step": torch.tensor(0.0, dtype=torch.float32),
-                        "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                        "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+                        "step": torch.tensor(0.0),
+                        "exp_avg": torch.zeros_like(param),
+                        "exp_avg_sq": torch.zeros_like(param),
                     }
                 state["step"] += 1
-                if decay != 0:
-                    param.mul_(1 - lr * decay)
+                # torch skips this at a decay of 0; a product with exactly 1.0 changes no float either
+                param.mul_(1 - lr * decay)
                 state["exp_avg"].lerp_(grad, 1 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 step = state["step"].item()
@@ -82,8 +67,8 @@ class AdamW:
         return {"state": {i: dict(s) for i, s in self.state.items()}, "param_groups": [group]}
 
     def load_state_dict(self, saved: dict) -> None:
-        """Take a state_dict of this class or of torch.optim.AdamW over the same parameters; ValueError
-        when its parameters or shapes do not match these."""
+        """Take a state_dict of this class or of torch.optim.AdamW over the same parameters (moments cast to
+        the parameter's dtype, as torch casts them); ValueError when its parameters or shapes do not match."""
         import torch
 
         groups = saved["param_groups"]
@@ -102,10 +87,9 @@ class AdamW:
                         f"{tuple(entry[key].shape)}, the model's {tuple(param.shape)}"
                     )
             state[int(index)] = {
-                "step": torch.as_tensor(entry["step"], dtype=torch.float32).clone(),
+                "step": torch.tensor(float(entry["step"])),
                 "exp_avg": entry["exp_avg"].to(param.dtype).clone(),
                 "exp_avg_sq": entry["exp_avg_sq"].to(param.dtype).clone(),
             }
         self.state = state
-        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
-        self.param_groups[0]["betas"] = tuple(self.param_groups[0]["betas"])
+        self.param_groups = [dict(groups[0], params=self.params)]

@@ -234,7 +234,7 @@ def warm_start(
         logp, _ = examples.logprobs(model)
         mask = examples.mask[:, : logp.shape[1]]
         loss = -(logp * mask).sum() / mask.sum()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
