@@ -92,7 +92,7 @@ def test_state_dicts_load_across_torch_and_ours_and_continue_with_the_same_float
 
 def test_a_loaded_state_takes_the_parameters_dtype_and_a_plain_step_count():
     param = torch.nn.Parameter(torch.ones(2))
-    optimizer = AdamW([param], lr=0.1)
+    optimizer = AdamW([param], lr=0.1, weight_decay=0.0)
     moments = torch.tensor([0.5, 0.25], dtype=torch.float64)
     saved = {
         "state": {0: {"step": 3, "exp_avg": moments, "exp_avg_sq": moments}},
@@ -108,11 +108,11 @@ def test_a_loaded_state_takes_the_parameters_dtype_and_a_plain_step_count():
 
 def test_a_state_of_other_parameters_is_refused_naming_the_mismatch():
     ours_model, _ = two_models()
-    optimizer = AdamW(ours_model.parameters(), lr=1e-3)
-    other = AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    optimizer = AdamW(ours_model.parameters(), lr=1e-3, weight_decay=0.0)
+    other = AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3, weight_decay=0.0)
     with pytest.raises(ValueError, match="other parameters"):
         optimizer.load_state_dict(other.state_dict())
-    saved = AdamW(ours_model.parameters(), lr=1e-3)
+    saved = AdamW(ours_model.parameters(), lr=1e-3, weight_decay=0.0)
     backward(ours_model, 0)
     saved.step()
     state = saved.state_dict()
@@ -120,14 +120,14 @@ def test_a_state_of_other_parameters_is_refused_naming_the_mismatch():
     with pytest.raises(ValueError, match="exp_avg of parameter 0 has shape"):
         optimizer.load_state_dict(state)
     with pytest.raises(ValueError, match="^AdamW got an empty parameter list$"):
-        AdamW([], lr=1e-3)
+        AdamW([], lr=1e-3, weight_decay=0.0)
 
 
 def test_importing_and_stepping_it_leaves_torch_dynamo_unimported():
     code = (
         "import sys, torch\n"
         "from vpo.local.adamw import AdamW\n"
-        "p = torch.nn.Parameter(torch.ones(2)); o = AdamW([p], lr=0.1)\n"
+        "p = torch.nn.Parameter(torch.ones(2)); o = AdamW([p], lr=0.1, weight_decay=0.0)\n"
         "p.grad = torch.ones(2); o.step(); torch.nn.utils.clip_grad_norm_([p], 1.0)\n"
         "print('torch._dynamo' in sys.modules)\n"
     )

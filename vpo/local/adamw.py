@@ -17,7 +17,7 @@ class AdamW:
     """AdamW over `params`, one group: lr, betas, eps, weight_decay as torch.optim.AdamW takes them
     (amsgrad, maximize and the foreach/fused paths are not offered)."""
 
-    def __init__(self, params, *, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
+    def __init__(self, params, *, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float):
         params = list(params)
         if not params:
             raise ValueError("AdamW got an empty parameter list")
