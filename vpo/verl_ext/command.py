@@ -92,9 +92,9 @@ def _quoted(text: str) -> str:
 # with fake GPU slots, one TransferQueue storage unit (more stall on 2 cores), no flash attention or
 # remove-padding kernels. Facts and veRL line numbers: verl/README.md, "CPU mode".
 CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}  # cuda: veRL's FSDP engine, which runs on CPU
-# Ray's raylet starts one idle worker per logical CPU (9 here) when the driver connects; veRL's actors
-# carry their own runtime environment and start workers of their own, so those 9 only load Python and
-# Ray (about 5 CPU seconds each) on the job's 2 cores. The raylet reads this from the driver's environment.
+# Ray's raylet starts one idle worker per logical CPU (9 here) when the driver connects, more than the
+# job's few actors take: tests/test_verl_cpu_run.py's two runs used 203 CPU seconds with them, 193 without
+# (164 s against 154 s, one run each). The raylet reads this from the driver's environment.
 RAY_CPU_ENV = {"RAY_prestart_worker_first_driver": "0"}
 
 
