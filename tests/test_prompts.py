@@ -114,6 +114,32 @@ def test_prepare_row_for_every_method(rows, name):
     assert set(result) == set(compute_score("maze", "", rows[0]["reward_model"]["ground_truth"], {}))
 
 
+def test_read_rows_gives_back_the_rows_written(tmp_path):
+    """vpo.data.read_rows on a file written as `vpo preprocess` writes one: the rows as written, a key that
+    another row's struct has added as None, with what the five tasks' files hold (nested lists, structs
+    whose keys differ between rows, missing values inside structs, integers beside floats)."""
+    from vpo.atomic import write_parquet_atomic
+    from vpo.data import read_rows
+
+    def row(i: int, truth: dict, info: dict) -> dict:
+        prompt = [{"role": "system", "content": "sys"}, {"role": "user", "content": f"question {i}"}]
+        return {"data_source": "maze", "prompt": prompt, "ability": "x", "reward_model": {"ground_truth": truth},
+                "extra_info": {"index": i, **info}}  # fmt: skip
+
+    rows = [
+        row(0, {"grid": [[1, 2], [3]], "score": 0.5, "tests": ["a", "b"]}, {"flag": True, "tags": {"n": 1}}),
+        row(1, {"grid": [[4]], "score": None, "tests": []}, {"flag": False, "only_here": "yes", "tags": {"n": None}}),
+    ]
+    write_parquet_atomic(rows, tmp_path / "test.parquet")
+    got = read_rows(tmp_path, "test")
+    rows[0]["extra_info"]["only_here"] = None
+    assert got == rows
+    # == takes 1 for 1.0: the integer beside a missing value stays one (pandas' reader made it 1.0)
+    assert type(got[0]["extra_info"]["tags"]["n"]) is int and type(got[1]["extra_info"]["index"]) is int
+    assert type(got[0]["reward_model"]["ground_truth"]["score"]) is float
+    assert type(got[0]["prompt"]) is list and type(got[0]["reward_model"]["ground_truth"]["grid"][0]) is list
+
+
 def test_prepare_row_takes_rows_read_back_from_parquet(rows, tmp_path):
     path = tmp_path / "rows.parquet"
     pd.DataFrame(rows).to_parquet(path)

@@ -10,6 +10,7 @@ Needs only PyYAML and jsonschema.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -25,6 +26,9 @@ from vpo.atomic import write_text_atomic
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = "config.yaml"
+# libyaml's loader where PyYAML has it: the same documents in about a seventh of the time (config.yaml and
+# the schema: 0.059 -> 0.008 s), which every job pays reading the workflow's snapshot
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ConfigError(ValueError):
@@ -50,14 +54,18 @@ def _key_path(parts) -> str:
     return text or "<top level>"
 
 
-def _load_schema() -> dict:
-    """The schema file, with `local_trainer` built from the settings dataclass (so they cannot drift)."""
+@functools.cache
+def _schema_validator():
+    """The schema file's validator, with `local_trainer` built from the settings dataclass (so they cannot
+    drift); made once per process (a config is validated before and after its preset is applied)."""
+    import jsonschema
+
     if not SCHEMA_PATH.exists():
         raise ConfigError(f"the config schema {SCHEMA_PATH} is missing; run from a full checkout")
     with open(SCHEMA_PATH) as fh:
-        schema = yaml.safe_load(fh)
+        schema = yaml.load(fh, Loader=YAML_LOADER)
     schema["properties"]["local_trainer"] = _local_trainer_schema()
-    return schema
+    return jsonschema.Draft202012Validator(schema)
 
 
 def _local_trainer_schema() -> dict:
@@ -77,10 +85,7 @@ def _local_trainer_schema() -> dict:
 
 def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:
     """Check cfg against the schema; raise ConfigError listing each bad key (first five)."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(_load_schema())
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(_schema_validator().iter_errors(cfg), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
     # YAML's .nan and .inf pass every number rule of a schema
     lines += [f"{path}: {value} is not a finite number" for path, value in _non_finite(cfg)]
@@ -226,7 +231,7 @@ def load_config(
         raise ConfigError(f"config file {path} not found; run from the repository root or pass --config")
     with open(path) as fh:
         try:
-            raw = yaml.safe_load(fh)
+            raw = yaml.load(fh, Loader=YAML_LOADER)
         except yaml.YAMLError as err:
             raise ConfigError(f"{path} is not valid YAML: {err}") from err
     return resolve_config(raw, preset, overrides, source=str(path))
