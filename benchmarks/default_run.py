@@ -5,7 +5,7 @@
     python benchmarks/default_run.py --seeds 0 1 2    # other training seeds than the preset's
 
 Clones the commit into a temporary directory and runs Snakemake there with this checkout's environment
-(the clone's own code runs: jobs import the working directory's `vpo`). Prints Snakemake's wall seconds
+(the clone's own code runs: the clone comes first on PYTHONPATH, for the Snakefile's imports and the jobs'). Prints Snakemake's wall seconds
 for each of the two targets, the seconds every rule's jobs took together (from the job logs' start and
 finish lines), the fixed cost of a train job (its seconds outside the RL loop), and the RL step times
 the training cells logged. Goals (README): `figures/pass_at_k.pdf`
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import shutil
 import statistics
@@ -71,8 +72,11 @@ def train_fixed_seconds(jobs, runs: Path) -> list[float]:
 def run_target(clone: Path, target: str | None, cores: int, config: list[str]) -> tuple[float, str]:
     command = [str(Path(sys.executable).parent / "snakemake"), "--cores", str(cores)] + ([target] if target else [])
     command += ["--config", *config] if config else []
+    # the clone's code first on the path: the Snakefile imports vpo too, and an editable install of this
+    # checkout would otherwise give it this checkout's code
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(clone), os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=clone, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=clone, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"snakemake {target or '(all)'} failed in {clone}:\n{done.stderr[-3000:]}")
