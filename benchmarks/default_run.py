@@ -5,10 +5,10 @@
     python benchmarks/default_run.py --seeds 0 1 2    # other training seeds than the preset's
 
 Clones the commit into a temporary directory and runs Snakemake there with this checkout's environment
-(the clone's own code runs: the clone comes first on PYTHONPATH, for the Snakefile's imports and the jobs'). Prints Snakemake's wall seconds
-for each of the two targets, the seconds every rule's jobs took together (from the job logs' start and
-finish lines), the fixed cost of a train job (its seconds outside the RL loop), and the RL step times
-the training cells logged. Goals (README): `figures/pass_at_k.pdf`
+(the clone's own code runs: the clone comes first on PYTHONPATH, for the Snakefile's imports and the
+jobs'). Prints Snakemake's wall seconds for each of the two targets, the seconds every rule's jobs took
+together (from the job logs' start and finish lines), the fixed cost of a train job (its seconds outside
+the RL loop), and the RL step times the training cells logged. Goals (README): `figures/pass_at_k.pdf`
 in at most 4 minutes on 2 cores, every default target in at most 6. Run it on a quiet machine: it
 measures time, and another process on the same cores changes it.
 """
