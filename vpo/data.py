@@ -84,5 +84,4 @@ def read_rows(data_dir: str | os.PathLike, split: str) -> list[dict]:
             raise ValueError(f"{data_dir}/{split}.parquet has no `{column}` column; re-run `vpo preprocess`")
     # pandas' metadata may name an index column (a frame written with its index); pandas sets it aside
     index = [name for name in (table.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(name, str)]
-    rows = table.drop_columns(index).to_pylist()
-    return rows
+    return table.drop_columns(index).to_pylist()

@@ -86,13 +86,12 @@ def sampled_success(
 ) -> dict:
     """Mean score, the share of samples with a solved answer (the reward's `acc`) and the share that
     hit the token limit, for prompts of the given form."""
-    from vpo.generate import SamplingSettings, render_prompts, sample_responses
+    from vpo.generate import SamplingSettings, sample_responses
     from vpo.reward import compute_score
 
     picked = rows[:n_prompts]
     n_answers = m if mode == "multi" else 1
-    texts = render_prompts(tokenizer, [prompt_variant(task, r, mode, m, seed) for r in picked])
-    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ids = [prompt_ids(tokenizer, prompt_variant(task, r, mode, m, seed)) for r in picked]
     limit = cfg.max_new_tokens_for(mode)
     sampling = SamplingSettings(temperature=1.0, max_new_tokens=limit, seed=seed)
     responses = sample_responses(model, tokenizer, ids, n_samples, sampling, batch_size=cfg.generation_batch)
