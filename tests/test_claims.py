@@ -3,6 +3,8 @@ is known: a method that is better on every seed and problem, one that is not, an
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -162,3 +164,101 @@ def test_numbers_without_a_search():
         [{"task": "maze", "method": "vpo", "metric": "best_at_k", "k": 4, "mean": 0.5, "stderr": np.nan, "n_seeds": 1}]
     )
     assert "best@1 -  best@4 0.500 (nan)  pool diversity -  seeds 1" in numbers(summary, None)
+
+
+def write_run(agg, frame, curves=True, damage=lambda f: f):
+    """A results folder's aggregate/: summary.csv from `frame`'s means, per_problem.csv (`damage`d), and GRPO
+    training curves that fall clearly on two seeds (or none)."""
+    agg.mkdir(parents=True, exist_ok=True)
+    summary = frame.groupby(["task", "method", "metric", "k"], dropna=False).value.mean().reset_index()
+    summary.rename(columns={"value": "mean"}).assign(stderr=0.01, n_seeds=5).to_csv(agg / "summary.csv", index=False)
+    damage(frame).to_csv(agg / "per_problem.csv", index=False)
+    if curves:
+        pd.DataFrame(
+            [
+                {
+                    "task": "maze",
+                    "method": "grpo",
+                    "seed": seed,
+                    "step": step,
+                    "pool_diversity": 1.0 if step <= 5 else 0.2,
+                }
+                for seed in (0, 1)
+                for step in range(1, 21)
+            ]
+        ).to_csv(agg / "training_curves.csv", index=False)
+
+
+def claims_args(results, reps=300):
+    return type("Args", (), {"results": str(results), "reference": "vpo", "reps": reps})
+
+
+def test_claims_with_nothing_to_compare_fail_and_say_why(tmp_path, capsys):
+    """VPO's results alone once gave "4 of 4 claims hold" (an empty comparison's .all() is True); missing
+    training curves once skipped the GRPO claim ("3 of 3")."""
+    frame = run_of(0.3)
+    write_run(tmp_path / "aggregate", frame[frame.method == "vpo"], curves=False)
+    assert run(claims_args(tmp_path)) == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("cannot be checked: only vpo was evaluated on maze: nothing to compare it with") == 3
+    assert "FAILS: grpo's batch pool diversity falls during training: cannot be checked, " in captured.out
+    assert "training_curves.csv is missing" in captured.out
+    assert "0 of 4 claims hold" in captured.err and "holds:" not in captured.out
+    write_run(tmp_path / "aggregate", frame)  # every method and the curves: all four checked and held
+    assert run(claims_args(tmp_path)) == 0
+    assert "4 of 4 claims hold" in capsys.readouterr().err
+
+
+def test_methods_are_paired_by_problem_id_and_different_problems_fail_the_claim():
+    frame = run_of(0.3)
+    # the same problems listed in another order: the same comparison
+    shuffled = frame.sample(frac=1.0, random_state=0)
+    for claim in CLAIMS:
+        a, b = (check(f, claim, "vpo", reps=300).set_index("other").sort_index() for f in (frame, shuffled))
+        pd.testing.assert_frame_equal(a, b)
+    # GRPO evaluated on other problems (ids 100..111): position 3 of one is not problem 3 of the other
+    other = frame.copy()
+    other.loc[other.method == "grpo", "problem"] += 100
+    result = check(other, CLAIMS[0], "vpo", reps=300).set_index("other")
+    assert not result.loc["grpo", "holds"] and np.isnan(result.loc["grpo", "probability"])
+    assert "vpo and grpo were evaluated on different problems (12 only vpo's" in result.loc["grpo", "reason"]
+    assert result.loc["max_at_k", "holds"] and result.loc["max_at_k", "reason"] == ""
+
+
+def test_matching_by_id_gives_the_hand_computed_probability():
+    """VPO beats GRPO on every problem by id; listed by position against reversed ids it would not."""
+    values = np.arange(6, dtype=float)
+    frame = per_problem({"vpo": {"diversity": [values + 0.5]}, "grpo": {"diversity": [values]}})
+    grpo = frame.method == "grpo"
+    frame.loc[grpo, "problem"] = 5 - frame.loc[grpo, "problem"]  # GRPO's row for problem j now says 5 - j ...
+    frame.loc[grpo, "value"] = 5 - frame.loc[grpo, "value"]  # ... with problem 5 - j's value: the same scores by id
+    result = check(frame, CLAIMS[0], "vpo", reps=300)
+    assert result.probability.iloc[0] == 1.0
+
+
+def test_too_few_bootstrap_replicates_are_refused(tmp_path):
+    write_run(tmp_path / "aggregate", run_of(0.3))
+    with pytest.raises(SystemExit, match="--reps 1 is too few bootstrap resamples; give at least 100"):
+        run(claims_args(tmp_path, reps=1))
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda f: f.assign(value=f.value.where(f.index != 7)), "1 rows have no finite value (first: line 9)"),
+        (lambda f: pd.concat([f, f.iloc[[3]]], ignore_index=True), "2 rows repeat a (task, method, seed, problem"),
+        (lambda f: f.drop(columns="value"), "has no column value"),
+    ],
+)
+def test_damaged_claims_inputs_name_the_file_and_what_is_wrong(tmp_path, damage, words):
+    write_run(tmp_path / "aggregate", run_of(0.3), damage=damage)
+    with pytest.raises(ValueError, match=r"per_problem\.csv.*" + re.escape(words)):
+        run(claims_args(tmp_path))
+
+
+def test_a_truncated_per_problem_file_is_named(tmp_path):
+    write_run(tmp_path / "aggregate", run_of(0.3))
+    path = tmp_path / "aggregate/per_problem.csv"
+    path.write_text(path.read_text()[:-30])  # cut inside the last row
+    with pytest.raises(ValueError, match=r"per_problem\.csv: 1 rows have no finite value"):
+        run(claims_args(tmp_path))

@@ -64,35 +64,48 @@ def training_trend(training: pd.DataFrame, method: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "seed", "start", "end"])
 
 
-def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim) -> np.ndarray:
-    """(training seeds, problems) scores the claim compares."""
-    from vpo.report.intervals import score_matrix
+def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim) -> pd.DataFrame:
+    """(training seeds, problems) scores the claim compares, the columns the problems' ids."""
+    from vpo.report.intervals import score_table
 
     if claim.metric != "gain":
-        return score_matrix(per_problem, task, method, claim.metric, np.nan if claim.k is None else claim.k)
+        return score_table(per_problem, task, method, claim.metric, np.nan if claim.k is None else claim.k)
     budget = per_problem[(per_problem.task == task) & (per_problem.metric == "best_at_k")].k.max()
-    return score_matrix(per_problem, task, method, "best_at_k", budget) - score_matrix(
+    return score_table(per_problem, task, method, "best_at_k", budget) - score_table(
         per_problem, task, method, "best_at_k", 1
     )
 
 
+def unchecked(task: str, other: str, reason: str) -> dict:
+    """The row of a comparison that could not be made: it fails, saying why."""
+    return dict(task=task, other=other, probability=np.nan, low=np.nan, high=np.nan, holds=False, reason=reason)
+
+
 def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int = REPS, seed: int = 0) -> pd.DataFrame:
-    """One row per task and other method: probability, low, high, holds."""
-    from vpo.report.intervals import improvement_interval
+    """One row per task and other method: probability, low, high, holds, and why it cannot be checked
+    (`reason`, "" when it was). A task with no other method gives one failing row: a claim compared with
+    nothing never holds."""
+    from vpo.report.intervals import improvement_interval, paired
 
     rows = []
     for task in sorted(per_problem.task.unique()):
         methods = list(dict.fromkeys(per_problem[per_problem.task == task].method))
         if reference not in methods:
             raise ValueError(f"per_problem.csv has no {reference!r} rows for task {task!r}: the claims compare it")
+        others = [m for m in methods if m != reference]
+        if not others:
+            rows.append(unchecked(task, "-", f"only {reference} was evaluated on {task}: nothing to compare it with"))
         mine = claim_matrix(per_problem, task, reference, claim)
-        for other in (m for m in methods if m != reference):
-            p, low, high = improvement_interval(
-                mine, claim_matrix(per_problem, task, other, claim), reps=reps, seed=seed
-            )
+        for other in others:
+            try:
+                x, y = paired(mine, claim_matrix(per_problem, task, other, claim), (reference, other))
+            except ValueError as err:
+                rows.append(unchecked(task, other, str(err)))
+                continue
+            p, low, high = improvement_interval(x, y, reps=reps, seed=seed)
             holds = low > 0.5 if claim.side == "above" else high < 0.5
-            rows.append({"task": task, "other": other, "probability": p, "low": low, "high": high, "holds": holds})
-    return pd.DataFrame(rows, columns=["task", "other", "probability", "low", "high", "holds"])
+            rows.append(dict(task=task, other=other, probability=p, low=low, high=high, holds=holds, reason=""))
+    return pd.DataFrame(rows, columns=["task", "other", "probability", "low", "high", "holds", "reason"])
 
 
 def trend_bound(changes: pd.Series, way: str) -> tuple[float, float]:
@@ -152,12 +165,67 @@ def numbers(summary: pd.DataFrame, evolve: pd.DataFrame | None, training: pd.Dat
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", required=True, help="a preset's results folder, e.g. results/cpu")
     parser.add_argument("--reference", default="vpo", help="the method the claims are about")
-    parser.add_argument("--reps", type=int, default=REPS, help="bootstrap resamples per comparison")
+    parser.add_argument(
+        "--reps", type=int, default=REPS, help=f"bootstrap resamples per comparison (at least {MIN_REPS})"
+    )
+
+
+MIN_REPS = 100  # fewer gives intervals of a few distinct replicates (1: zero width), which decide nothing
+
+
+def read_per_problem(path: Path) -> pd.DataFrame:
+    """per_problem.csv, refused naming the file when a value is missing or not finite (a truncated or
+    damaged file) or a (task, method, seed, problem, metric, k) row repeats."""
+    from vpo.data import read_csv_table, rebuild_hint
+
+    frame = read_csv_table(path)
+    key = ["task", "method", "train_seed", "problem", "metric", "k"]
+    missing = [c for c in (*key, "value") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path} has no column {', '.join(missing)}; {rebuild_hint(path)}")
+    bad = frame[~np.isfinite(pd.to_numeric(frame.value, errors="coerce"))]
+    if len(bad):
+        raise ValueError(
+            f"{path}: {len(bad)} rows have no finite value (first: line {bad.index[0] + 2}); {rebuild_hint(path)}"
+        )
+    repeated = frame[frame.duplicated(key, keep=False)]
+    if len(repeated):
+        raise ValueError(
+            f"{path}: {len(repeated)} rows repeat a (task, method, seed, problem, metric, k) (first: line "
+            f"{repeated.index[0] + 2}); {rebuild_hint(path)}"
+        )
+    return frame
+
+
+def training_claims(training: pd.DataFrame | None, path: Path) -> list[tuple[bool, str]]:
+    """(holds, text) of each training claim; one that cannot be checked (no curves, no runs of its method,
+    one seed) fails and says why."""
+    results = []
+    for method, way in TRAINING_CLAIMS:
+        head = f"{method}'s batch pool diversity {way} during training"
+        if training is None:
+            results.append((False, f"{head}: cannot be checked, {path} is missing (run `vpo aggregate` first)"))
+            continue
+        trend = training_trend(training, method)
+        if len(trend) < 2:
+            results.append((False, f"{head}: cannot be checked, {path} holds {len(trend)} {method} runs (needs 2)"))
+            continue
+        change, bound = trend_bound(trend.end - trend.start, way)
+        ok = bool(np.isfinite(bound)) and (bound < 0 if way == "falls" else bound > 0)
+        lines = [
+            f"{head} (first {FIRST_STEPS} steps -> last {LAST_STEPS}): mean change {change:+.2f}, one-sided 95% "
+            f"bound {bound:+.2f}"
+        ]
+        lines += [f"    {row.task} seed {row.seed}: {row.start:.2f} -> {row.end:.2f}" for row in trend.itertuples()]
+        results.append((ok, "\n".join(lines)))
+    return results
 
 
 def run(args: argparse.Namespace) -> int:
     from vpo.data import read_csv_table
 
+    if args.reps < MIN_REPS:
+        raise SystemExit(f"vpo claims: --reps {args.reps} is too few bootstrap resamples; give at least {MIN_REPS}")
     agg = Path(args.results) / "aggregate"
     needed = [agg / "summary.csv", agg / "per_problem.csv"]
     missing = [str(p) for p in needed if not p.is_file()]
@@ -167,31 +235,26 @@ def run(args: argparse.Namespace) -> int:
         )
     evolve_files = sorted(agg.glob("evolve_*.csv"))
     evolve = pd.concat([read_csv_table(p) for p in evolve_files]) if evolve_files else None
-    training = read_csv_table(agg / "training_curves.csv") if (agg / "training_curves.csv").is_file() else None
+    curves = agg / "training_curves.csv"
+    training = read_csv_table(curves) if curves.is_file() else None
+    per_problem = read_per_problem(needed[1])
     print(numbers(read_csv_table(needed[0]), evolve, training))
-    per_problem = read_csv_table(needed[1])
-    failed = 0
+    outcomes = []
     for claim in CLAIMS:
         result = check(per_problem, claim, args.reference, reps=args.reps)
-        ok = bool(result.holds.all())
-        failed += not ok
+        ok = bool(len(result)) and bool(result.holds.all())
+        outcomes.append(ok)
         print(f"{'holds' if ok else 'FAILS'}: {claim.text}")
         for row in result.itertuples():
+            if row.reason:
+                print(f"    {row.task} vs {row.other}: cannot be checked: {row.reason}  <- fails")
+                continue
             print(
                 f"    {row.task} vs {row.other}: P({args.reference} > {row.other}) {row.probability:.3f} "
                 f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}"
             )
-    for method, way in TRAINING_CLAIMS if training is not None else ():
-        trend = training_trend(training, method)
-        change, bound = trend_bound(trend.end - trend.start, way)
-        ok = bool(np.isfinite(bound)) and (bound < 0 if way == "falls" else bound > 0)
-        failed += not ok
-        print(
-            f"{'holds' if ok else 'FAILS'}: {method}'s batch pool diversity {way} during training (first "
-            f"{FIRST_STEPS} steps -> last {LAST_STEPS}): mean change {change:+.2f}, one-sided 95% bound {bound:+.2f}"
-        )
-        for row in trend.itertuples():
-            print(f"    {row.task} seed {row.seed}: {row.start:.2f} -> {row.end:.2f}")
-    total = len(CLAIMS) + (len(TRAINING_CLAIMS) if training is not None else 0)
-    print(f"{total - failed} of {total} claims hold", file=sys.stderr)
-    return 1 if failed else 0
+    for ok, text in training_claims(training, curves):
+        outcomes.append(ok)
+        print(f"{'holds' if ok else 'FAILS'}: {text}")
+    print(f"{sum(outcomes)} of {len(outcomes)} claims hold", file=sys.stderr)
+    return 0 if all(outcomes) else 1

@@ -130,19 +130,41 @@ def profile(scores: np.ndarray, taus: np.ndarray, *, reps: int, seed: int) -> tu
     return fractions, np.stack([low, high])
 
 
-def score_matrix(per_problem: pd.DataFrame, task: str, method: str, metric: str, k) -> np.ndarray:
-    """(training seeds, problems) scores of one task, method and metric (k NaN for pool quality)."""
+def score_table(per_problem: pd.DataFrame, task: str, method: str, metric: str, k) -> pd.DataFrame:
+    """(training seeds, problems) scores of one task, method and metric (k NaN for pool quality), the
+    columns the problems' ids in ascending order."""
     rows = per_problem[(per_problem.task == task) & (per_problem.method == method) & (per_problem.metric == metric)]
     rows = rows[rows.k.isna()] if pd.isna(k) else rows[rows.k == k]
     if rows.empty:
         raise ValueError(f"per_problem has no {metric} (k={k}) for task={task} method={method}")
-    matrix = rows.pivot(index="train_seed", columns="problem", values="value").sort_index()
+    if rows.duplicated(["train_seed", "problem"]).any():
+        raise ValueError(f"task={task} method={method} {metric} (k={k}): a (training seed, problem) appears twice")
+    matrix = rows.pivot(index="train_seed", columns="problem", values="value").sort_index().sort_index(axis=1)
     if matrix.isna().any().any():
         raise ValueError(
             f"task={task} method={method}: the training seeds were evaluated on different problems; "
             "rerun `vpo eval` so every seed covers the same test set"
         )
-    return matrix.to_numpy(float)
+    return matrix
+
+
+def score_matrix(per_problem: pd.DataFrame, task: str, method: str, metric: str, k) -> np.ndarray:
+    """`score_table` as an array (training seeds, problems)."""
+    return score_table(per_problem, task, method, metric, k).to_numpy(float)
+
+
+def paired(x: pd.DataFrame, y: pd.DataFrame, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """Two methods' score tables (seeds, problems) as arrays whose columns are the same problems, matched by
+    id; ValueError naming the methods when they were evaluated on different problems (compared column by
+    column, they once paired problem 3 of one method with problem 7 of the other)."""
+    if set(x.columns) != set(y.columns):
+        only_x, only_y = sorted(set(x.columns) - set(y.columns)), sorted(set(y.columns) - set(x.columns))
+        raise ValueError(
+            f"{names[0]} and {names[1]} were evaluated on different problems ({len(only_x)} only {names[0]}'s, "
+            f"e.g. {only_x[:3]}; {len(only_y)} only {names[1]}'s, e.g. {only_y[:3]}); evaluate both on the same "
+            "test split"
+        )
+    return x.to_numpy(float), y[list(x.columns)].to_numpy(float)
 
 
 def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: int):
@@ -151,10 +173,10 @@ def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: 
     keys = per_problem[["task", "metric", "k"]].drop_duplicates().sort_values(["task", "metric", "k"])
     for task, metric, k in keys.itertuples(index=False):
         methods = list(dict.fromkeys(per_problem[per_problem.task == task].method))
-        matrices = {m: score_matrix(per_problem, task, m, metric, k) for m in methods}
+        matrices = {m: score_table(per_problem, task, m, metric, k) for m in methods}
         for method, scores in matrices.items():
             for estimator in ESTIMATORS:
-                point, low, high = interval(scores, estimator, reps=reps, seed=seed)
+                point, low, high = interval(scores.to_numpy(float), estimator, reps=reps, seed=seed)
                 intervals.append(
                     dict(
                         task=task,
@@ -171,7 +193,8 @@ def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: 
                 )
         if reference in matrices:
             for other in (m for m in methods if m != reference):
-                p, low, high = improvement_interval(matrices[reference], matrices[other], reps=reps, seed=seed)
+                x, y = paired(matrices[reference], matrices[other], (reference, other))
+                p, low, high = improvement_interval(x, y, reps=reps, seed=seed)
                 improvement.append(
                     dict(
                         task=task, method=reference, other=other, metric=metric, k=k, probability=p, low=low, high=high
