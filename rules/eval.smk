@@ -6,9 +6,11 @@ rule eval:
         model=f"{CELL}/model",
         test=rules.preprocess.output.test,
     output:
-        # update: a rerun that fails (a scorer raised) gets the previous evaluation back, not nothing
-        pool=update(f"{CELL}/eval/evalseed{{evalseed}}.parquet"),
-        metrics=update(f"{CELL}/eval/evalseed{{evalseed}}.json"),
+        # plain outputs, removed when the job starts: a rerun that fails leaves no evaluation, and the next
+        # run reruns it. (update() outputs were restored after a failure and recorded as the failed job's
+        # result, so an evaluation of the previous model or settings stood for the new one.)
+        pool=f"{CELL}/eval/evalseed{{evalseed}}.parquet",
+        metrics=f"{CELL}/eval/evalseed{{evalseed}}.json",
     params:
         data=lambda wc, input: os.path.dirname(input.test),
         eval_digest=lambda wc: settings_digest(task_settings(CFG, wc.task)["eval"]),

@@ -216,35 +216,72 @@ def test_a_gone_evaluation_remakes_it_and_the_tables_and_figures_made_from_it(tm
     assert dryrun(tmp_path) == [] and "stale:" not in capfd.readouterr().err
 
 
-def test_a_failed_rerun_of_an_evaluation_gives_the_previous_one_back(tmp_path):
-    """A real run: forcing a finished cell's evaluation, which fails (its model is an empty folder),
-    leaves the previous evaluation files as they were (Snakemake once deleted them)."""
+def descendants(pid):
+    """The pids of a process's children, grandchildren and so on (Linux's /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def command_line(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_killed_rerun_of_an_evaluation_is_rerun_not_replaced_by_the_previous_one(
+    tmp_path, tiny_maze_data, tiny_multi_base_model
+):
+    """A real run: a finished cell's evaluation rerun with another temperature, its `vpo eval` SIGKILLed.
+    The previous evaluation (temperature 0.7) must not stand for the new one: Snakemake once restored it
+    (update() outputs), recorded the failed job's params for it, and the next run said "Nothing to be done"."""
+    import shutil
+    import signal
+
     every, start = dryrun(tmp_path), time.time() - 1000
     complete(tmp_path, every, start)
-    evaluation = tmp_path / "results/cpu/runs/maze/vpo/seed1/eval"
-    before = {p.name: p.read_bytes() for p in evaluation.glob("evalseed0.*")}
-    cmd = [
-        str(SNAKEMAKE),
-        "--snakefile",
-        str(SNAKEFILE),
-        "--directory",
-        str(tmp_path),
-        "--cores",
-        "1",
-        "--configfile",
-        str(REPO / "config.yaml"),
-        "--workflow-profile",
-        str(REPO / "profiles" / "default"),
-        "-f",
-        "results/cpu/runs/maze/vpo/seed1/eval/evalseed0.json",
-    ]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert (
-        result.returncode != 0
-        and "not a model directory" in (tmp_path / "logs/cpu/eval/maze/vpo/seed1/evalseed0.log").read_text()
-    )
-    assert "Restored previous version" in result.stderr, result.stderr[-2000:]
-    assert {p.name: p.read_bytes() for p in evaluation.glob("evalseed0.*")} == before and len(before) == 2
+    cell = tmp_path / "results/cpu/runs/maze/vpo/seed1"
+    test_split = tmp_path / "results/cpu/data/maze/test.parquet"
+    times = {path: path.stat().st_mtime for path in (cell / "model", test_split)}
+    shutil.rmtree(cell / "model")
+    shutil.copytree(tiny_multi_base_model, cell / "model")  # a real model: the evaluation runs until killed
+    shutil.copy(tiny_maze_data / "test.parquet", test_split)
+    for path, mtime in times.items():
+        os.utime(path, (mtime,) * 2)  # the finished tree's times: only the new temperature reruns the evaluation
+    target = "results/cpu/runs/maze/vpo/seed1/eval/evalseed0.json"
+    hotter = "task_settings={'maze': {'eval': {'temperature': 1.3}}}"
+    cmd = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--cores", "1",
+           "--configfile", str(REPO / "config.yaml"), "--workflow-profile", str(REPO / "profiles" / "default"),
+           "--config", hotter, "-f", target]  # fmt: skip
+    run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed, deadline = None, time.monotonic() + 240
+    while killed is None and run.poll() is None and time.monotonic() < deadline:
+        evaluations = [  # the Python process, not the job's shell around it
+            pid for pid in descendants(run.pid) if command_line(pid).split(" ")[0].split("/")[-1].startswith("python")
+            and "vpo.cli eval" in command_line(pid)
+        ]  # fmt: skip
+        if evaluations:
+            time.sleep(0.5)  # mid-run: importing, loading the model or sampling
+            os.kill(evaluations[0], signal.SIGKILL)
+            killed = evaluations[0]
+        time.sleep(0.05)
+    _, err = run.communicate(timeout=240)
+    assert killed is not None and run.returncode != 0, err[-2000:]
+    assert "returned non-zero exit status 137" in err, err[-2000:]  # the evaluation died of the kill
+    assert "Restored previous version" not in err
+    assert not (cell / "eval/evalseed0.json").exists() and not (cell / "eval/evalseed0.parquet").exists()
+    # the next run, with the same settings, reruns the evaluation and what is made from it
+    planned = dryrun(tmp_path, config={"task_settings": {"maze": {"eval": {"temperature": 1.3}}}})
+    assert target in planned and "results/cpu/aggregate/summary.csv" in planned
 
 
 def test_a_grid_too_large_to_plan_quickly_is_announced_before_planning(tmp_path, capfd):
