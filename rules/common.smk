@@ -13,7 +13,7 @@ from snakemake.exceptions import WorkflowError
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import answers_per_rollout, method_settings, scale_note, trains_tiny_base
 from vpo.config import deep_merge, write_config
-from vpo.plan import cell_jobs, large_plan_note, paths_outside, stale_note, stale_outputs
+from vpo.plan import backend_missing, cell_jobs, large_plan_note, paths_outside, stale_note, stale_outputs
 from vpo.overrides import file_overrides, preset_conflicts, user_overrides
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
@@ -77,6 +77,10 @@ CONFIG_SNAPSHOT = f"results/config/{settings_digest(CFG)[:16]}.yaml"
 
 
 onstart:
+    # a real run (never a dry-run, whose plan a machine without the backend may show) whose jobs run in this
+    # Python stops here when it cannot import the backend: before any cell is touched
+    if "conda" not in str(workflow.deployment_settings.deployment_method).lower() and backend_missing(BACKEND):
+        raise WorkflowError(f"{backend_missing(BACKEND)} (config: backend={BACKEND})")
     write_config(CFG, CONFIG_SNAPSHOT)
     write_config(CFG, f"{RESULTS}/config.yaml")
 # Every job's shell: (unless conda provides the software) the Python that runs Snakemake, so a

@@ -286,3 +286,101 @@ def test_a_killed_trl_cell_resumes_to_the_run_an_uninterrupted_one_writes(
     (killed / "train.json").unlink()
     assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, killed)) == 0
     assert json.loads((killed / "train.json").read_text())["resumed_from_step"] == 0
+
+
+def tiny_trl_config(tmp_path, **changes):
+    """A config.yaml whose ci preset trains the tiny model (4 RL steps, checkpoints every 2) with `changes`."""
+    from pathlib import Path
+
+    import yaml
+
+    from conftest import TINY_LOCAL_TRAINER
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    raw["presets"]["ci"]["local_trainer"] = {**TINY_LOCAL_TRAINER, **changes}
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return cfg
+
+
+def run_files(run):
+    """(metrics.jsonl rows without their timings, the final model's tensors) of a TRL run directory."""
+    from safetensors.numpy import load_file
+
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    timings = ("generation_s", "step_s", "wall_time_s")
+    return [{k: v for k, v in row.items() if k not in timings} for row in rows], load_file(
+        run / "checkpoints" / "final" / "model.safetensors"
+    )
+
+
+def same_run(a, b):
+    (rows_a, model_a), (rows_b, model_b) = a, b
+    return (
+        rows_a == rows_b
+        and model_a.keys() == model_b.keys()
+        and all(np.array_equal(model_a[n], model_b[n]) for n in model_a)
+    )
+
+
+@pytest.mark.slow
+def test_a_forced_trl_retrain_retrains_and_a_damaged_checkpoint_gives_way_to_the_one_before(
+    tiny_maze_data, tiny_multi_base_model, tmp_path, caplog
+):
+    """A finished trl cell trained again (Snakemake's -f) once resumed from its last checkpoint and TRL trained
+    one optimizer step past max_steps each time (metrics.jsonl reached step 5 of 4). It must retrain from step 0
+    to the same run; a run cut off after its last checkpoint finishes without training; a damaged newest
+    checkpoint is named and the one before it resumed."""
+    import shutil
+
+    from vpo.cli import main
+
+    cfg = tiny_trl_config(tmp_path, steps=4, checkpoint_every=2)
+    cell, fresh = tmp_path / "cell", tmp_path / "fresh"
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, fresh)) == 0
+    expected = run_files(fresh)
+    assert [row["step"] for row in expected[0]] == [1, 2, 3, 4]
+
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, cell)) == 0
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, cell)) == 0  # forced: the cell again
+    info = json.loads((cell / "train.json").read_text())
+    assert info["resumed_from_step"] == 0 and info["steps"] == 4
+    assert same_run(run_files(cell), expected)
+    assert len(list(cell.glob("checkpoints.stale-*"))) == 1  # the finished run's checkpoints, set aside
+
+    # killed after its last checkpoint (checkpoint-8: 4 RL steps x 2 optimizer steps), before final/
+    shutil.rmtree(cell / "checkpoints" / "final")
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, cell)) == 0
+    assert json.loads((cell / "train.json").read_text())["resumed_from_step"] == 4
+    assert same_run(run_files(cell), expected)
+
+    # the newest checkpoint's weights cut short: named, set aside, and the run resumes from step 2
+    shutil.rmtree(cell / "checkpoints" / "final")
+    weights = cell / "checkpoints" / "checkpoint-8" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    caplog.clear()
+    assert main(trl_train_args(cfg, tiny_maze_data, tiny_multi_base_model, cell)) == 0
+    assert f"checkpoint {weights.parent} cannot be resumed ({weights}:" in caplog.text
+    assert json.loads((cell / "train.json").read_text())["resumed_from_step"] == 2
+    assert (cell / "checkpoints" / "damaged-checkpoint-8").is_dir()
+    assert same_run(run_files(cell), expected)
+
+
+def test_a_backend_that_is_not_installed_stops_before_the_cell_is_touched(
+    tiny_maze_data, tiny_multi_base_model, tmp_path, monkeypatch
+):
+    """`--config backend=trl` without TRL once truncated a finished cell's metrics.jsonl and removed its
+    train.json before the missing-TRL error."""
+    import sys
+
+    from vpo.cli import main
+
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "train.json").write_text('{"backend": "local"}')
+    (cell / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    monkeypatch.setitem(sys.modules, "trl", None)  # what `import trl` finds when TRL is not installed
+    with pytest.raises(SystemExit, match=r"vpo train: backend trl needs the package trl, which this Python lacks"):
+        main(trl_train_args(tiny_trl_config(tmp_path), tiny_maze_data, tiny_multi_base_model, cell))
+    assert (cell / "train.json").read_text() == '{"backend": "local"}'
+    assert (cell / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'

@@ -284,6 +284,26 @@ def test_a_killed_rerun_of_an_evaluation_is_rerun_not_replaced_by_the_previous_o
     assert target in planned and "results/cpu/aggregate/summary.csv" in planned
 
 
+def test_a_run_whose_backend_is_not_installed_stops_before_any_job(tmp_path):
+    """A real run with `--config backend=trl` in a Python without TRL stops at its start with one line, every
+    finished cell as it was (a train job once removed the cell's marker before it found TRL missing)."""
+    every = dryrun(tmp_path)
+    complete(tmp_path, every, time.time() - 1000)
+    marker = tmp_path / "results/cpu/runs/maze/vpo/seed1/train.json"
+    before = marker.read_text()
+    no_trl = "import sys; sys.modules['trl'] = None; from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()"
+    target = str(marker.relative_to(tmp_path))
+    cmd = [sys.executable, "-c", no_trl, "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--cores", "1",
+           "--configfile", str(REPO / "config.yaml"), "--config", "backend=trl", "-f", target]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "backend trl needs the package trl, which this Python lacks: pip install -e '.[trl]'" in result.stderr
+    assert "(config: backend=trl)" in result.stderr and "localrule train" not in result.stderr
+    assert marker.read_text() == before
+    plan = subprocess.run([*cmd, "-n"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0 and "rule train:" in plan.stdout  # a dry-run still shows the plan
+
+
 def test_a_grid_too_large_to_plan_quickly_is_announced_before_planning(tmp_path, capfd):
     """10,000 seeds planned 170,059 jobs in 10 min and 3.46 GB with no word. The workflow is only parsed
     here (no DAG is built): the line comes before planning starts."""

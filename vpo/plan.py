@@ -61,3 +61,26 @@ def large_plan_note(jobs: int) -> str | None:
         f"plan: about {jobs:,} jobs; Snakemake takes about {max(1, round(minutes))} min and {gigabytes:.1f} GB "
         "of memory to plan them before the first one starts (fewer seeds, or a target such as one cell, plan faster)"
     )
+
+
+# What each training backend imports beyond the CPU install (`make install`), and where it comes from
+BACKEND_PACKAGES = {
+    "trl": ("trl", "pip install -e '.[trl]' (or make install-test)"),
+    "verl": ("verl", "make install-test on CPU, or envs/gpu.yaml's environment on GPU nodes"),
+}
+
+
+def backend_missing(backend: str) -> str | None:
+    """One line naming the package `backend` needs and how to install it, when this Python cannot import it;
+    None otherwise. Checked before any cell is touched: a training job that found TRL missing once had
+    already truncated a finished cell's metrics and removed its marker."""
+    from importlib.util import find_spec
+
+    if backend not in BACKEND_PACKAGES:
+        return None
+    package, install = BACKEND_PACKAGES[backend]
+    try:
+        found = find_spec(package) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"backend {backend} needs the package {package}, which this Python lacks: {install}"

@@ -131,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.preset)
     get_method(args.method)  # after the config, which registers its method variants
     backend = args.backend or cfg["backend"]
+    from vpo.plan import backend_missing
+
+    if missing := backend_missing(backend):  # before the cell is touched
+        raise SystemExit(f"vpo train: {missing}")
     check_inputs(args, backend)
     from vpo import joblog
     from vpo.cell_lock import CellBusy, writing_cell

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -29,25 +30,66 @@ ESTIMATOR_STATE = "estimator_rng.json"  # the estimator's numpy generator at the
 
 
 def resumable(root: Path, record: dict) -> Path | None:
-    """The newest complete checkpoint of this run under `root`, or None (other runs' checkpoints are moved aside)."""
+    """The newest whole checkpoint of this unfinished run under `root`, or None to train from step 0.
+
+    A finished run (`final/` present: a forced retrain) or a checkpoint of other settings sets every
+    checkpoint aside and starts afresh, as the local trainer does; a newest checkpoint that is cut off (no
+    record) or damaged (a file that does not load) is named, moved to `damaged-<name>`, and the one before it
+    is tried."""
     from vpo.atomic import set_aside
 
+    if (root / "final").exists():
+        aside = set_aside(root)
+        log.warning("starting from step 0: the checkpointed run had finished; old checkpoints moved to %s", aside)
+        return None
     found = sorted((int(m.group(1)), p) for p in root.glob("checkpoint-*") if (m := CHECKPOINT_DIR.match(p.name)))
     for _, path in reversed(found):
         try:
             stored = json.loads((path / RECORD).read_text())
         except (OSError, ValueError):
-            log.warning("%s has no %s (cut off while saved); trying the one before", path, RECORD)
-            continue
-        if stored == record:
+            stored = None
+        if stored is not None and stored != record:
+            why = f"{path.name} was made by other settings, data, base model or method"
+            log.warning("starting from step 0: %s; old checkpoints moved to %s", why, set_aside(root))
+            return None
+        damage = f"{path / RECORD} is missing or cut off" if stored is None else checkpoint_damage(path)
+        if damage is None:
             return path
+        aside = path.with_name(f"damaged-{path.name}")  # out of TRL's checkpoint-* names: never resumed or rotated
+        if aside.exists():
+            shutil.rmtree(aside)
+        path.rename(aside)
         log.warning(
-            "starting from step 0: %s was made by other settings, data, base model or method; "
-            "old checkpoints moved to %s",
-            path.name,
-            set_aside(root),
+            "checkpoint %s cannot be resumed (%s); moved to %s, trying the one before", path, damage, aside.name
         )
-        return None
+    return None
+
+
+def checkpoint_damage(path: Path) -> str | None:
+    """What keeps a TRL checkpoint from being resumed (the file, and why), or None: every file a resume reads
+    is read here, the way TRL's Trainer reads it."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers.trainer_pt_utils import safe_globals
+
+    readers = {
+        "config.json": lambda f: json.loads(f.read_text()),
+        "trainer_state.json": lambda f: json.loads(f.read_text()),
+        ESTIMATOR_STATE: lambda f: json.loads(f.read_text()),
+        "model.safetensors": load_file,
+        "optimizer.pt": lambda f: torch.load(f, map_location="cpu", weights_only=True),
+        "scheduler.pt": lambda f: torch.load(f, weights_only=True),
+    }
+    for name, read in readers.items():
+        try:
+            read(path / name)
+        except Exception as err:
+            return f"{path / name}: {' '.join(str(err).split())[:200]}"
+    try:
+        with safe_globals():
+            torch.load(path / "rng_state.pth", weights_only=True)
+    except Exception as err:
+        return f"{path / 'rng_state.pth'}: {' '.join(str(err).split())[:200]}"
     return None
 
 
@@ -144,8 +186,17 @@ def train_trl(spec) -> dict:
             (saved / RECORD).write_text(json.dumps(record))
 
     trainer.add_callback(Recorder())
-    trainer.train(resume_from_checkpoint=str(latest) if latest is not None else None)
-    save_pretrained_atomic(trainer.model, tokenizer, root / "final")
+    if start_step < cfg.steps:
+        trainer.train(resume_from_checkpoint=str(latest) if latest is not None else None)
+        model = trainer.model
+    else:  # killed after its last checkpoint: TRL would train one optimizer step past max_steps on resuming
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(latest)
+    done = max(start_step * per_step, trainer.state.global_step)
+    if done != cfg.steps * per_step:
+        raise RuntimeError(f"TRL ended {out} after {done} optimizer steps; the settings ask for {cfg.steps * per_step}")
+    save_pretrained_atomic(model, tokenizer, root / "final")
     return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
 
 
