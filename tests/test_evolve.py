@@ -151,6 +151,40 @@ def test_a_scorer_that_raises_scores_zero_and_is_counted(monkeypatch):
     }
 
 
+def test_the_search_scores_a_percentage_scorer_as_training_and_evaluation_do():
+    """A plugin scorer giving percentages is forced into [0, 1] in training and evaluation; the search once
+    scored it unclamped (its table said mean best 33.3, no warning). A scorer returning the wrong number of
+    values is counted in scorer_errors, not raised."""
+    from vpo.evolve_evaluator import score_program
+    from vpo.task import TASKS, Task, register
+
+    class Percent(Task):
+        name = "percent_plugin"
+        objectives = (("a", "first"), ("b", "second"))
+        scalar_weights = (0.5, 0.5)
+        single_format_line = "Answer with two percentages."
+
+        def split_answers(self, text, m):
+            return [line for line in text.splitlines() if line.strip()][:m]
+
+        def score_answer(self, answer, ground_truth):
+            return [float(v) for v in answer.split(",")]  # "40,100": percentages, as a careless plugin writes
+
+    task = register(Percent())
+    try:
+        text = "40,100\n20,30"
+        scored = score_program(task.name, text, {}, 2)
+        # evaluation's score of each answer as a candidate, and training's row of the response
+        candidates = [task.score_candidate(answer, {}) for answer in ("40,100", "20,30")]
+        assert candidates == [[1.0, 1.0], [1.0, 1.0]]
+        assert task.score_response(text, {}, 2)[0] == candidates
+        assert scored == {"combined_score": 1.0, "solved": 1.0, "answers": 2.0, "scorer_errors": 0.0}
+        three = score_program(task.name, "1,0,1", {}, 2)  # three values for k = 2
+        assert three == {"combined_score": 0.0, "solved": 0.0, "answers": 0.0, "scorer_errors": 1.0}
+    finally:
+        del TASKS[task.name]
+
+
 def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_path):
     from openevolve.utils.code_utils import parse_full_rewrite
 

@@ -21,14 +21,17 @@ from typing import Any
 
 def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: int) -> dict[str, float]:
     """{combined_score, solved (0/1), answers, scorer_errors (0/1)} of one program text; never raises.
-    A task whose code raises on the text scores it 0 with scorer_errors 1, which the search counts and
-    reports (`vpo.evolve.search_problem`): model output never crashes a search, and a scorer bug shows."""
+    Its answers are scored as training scores them (`Task.score_answers`: values forced into [0, 1], so a
+    scorer giving percentages scores the search as it scores training and evaluation). A task whose code
+    raises on the text, or whose scorer returns the wrong number of values, scores it 0 with scorer_errors 1,
+    which the search counts and reports (`vpo.evolve.search_problem`): model output never crashes a search,
+    and a scorer bug shows."""
     from vpo.task import resolve
 
     task = resolve(task_name)
     try:
         answers = task.split_answers(text, m) or [text]
-        vectors = [task.score_answer(answer, ground_truth) for answer in answers]
+        vectors = task.score_answers(answers, ground_truth)
     except Exception:
         return {"combined_score": 0.0, "solved": 0.0, "answers": 0.0, "scorer_errors": 1.0}
     scalars = [float(task.scalar(v)) for v in vectors]

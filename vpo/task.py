@@ -138,10 +138,17 @@ class Task:
         """
         with task_code(self, "scoring a response", text):
             if m == 1:
-                return [self._clean(self.score_answer(text, ground_truth))], int(self.parses(text))
+                return self.score_answers([text], ground_truth), int(self.parses(text))
             answers = self.split_answers(text, m)[:m]
-            rows = [self._clean(self.score_answer(a, ground_truth)) for a in answers]
+            rows = self.score_answers(answers, ground_truth)
         return rows + [[0.0] * self.k for _ in range(m - len(rows))], len(answers)
+
+    def score_answers(self, answers: Sequence[str], ground_truth: dict[str, Any]) -> Matrix:
+        """The k-vectors of answers split from one response, each forced into [0, 1] (`_clean`): the one
+        scoring of answers that training and the evolutionary search share (evaluation's candidates go
+        through `score_candidate`, the same clean). A scorer returning the wrong number of values raises;
+        callers run it inside `task_code`, which names what they were doing."""
+        return [self._clean(self.score_answer(a, ground_truth)) for a in answers]
 
     # ---- evaluation candidates (docs/evaluation.md: the authors' `evaluate`, not the reward) ----
     def answer_slots(self, text: str, m: int) -> list[str]:

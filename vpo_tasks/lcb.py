@@ -246,6 +246,10 @@ class LcbTask(Task):
     def candidate_answer(self, candidate: str) -> str:
         return eval_program(candidate)
 
+    def score_answers(self, answers: Sequence[str], ground_truth: dict[str, Any]) -> list[list[float]]:
+        """`score_answer` of each answer, their programs run as one batch."""
+        return [self._clean(row) for row in score_programs([extract_code(str(a)) for a in answers], ground_truth)]
+
     def score_candidate(self, candidate: str, ground_truth: dict[str, Any]) -> list[float]:
         """Per-test results of the program the evaluation reads from the candidate (no program: all fail)."""
         return self.score_candidates([candidate], ground_truth)[0]
