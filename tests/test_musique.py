@@ -28,7 +28,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "musique"
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("musique")
-    assert vpo_main(["preprocess", "--task", "musique", "--out", str(out), "--set", f"path={FIXTURE}"]) == 0
+    args = ["preprocess", "--task", "musique", "--out", str(out), "--set", f"path={FIXTURE}", "--set", "eval_size=3"]
+    assert vpo_main(args) == 0
     test = pd.read_parquet(out / "test.parquet").to_dict("records")
     return {r["extra_info"]["musique_id"][:5]: r for r in test}, pd.read_parquet(out / "train.parquet")
 
@@ -39,7 +40,7 @@ def truth(rows, key):
 
 def test_preprocessed_ground_truth(rows):
     by_id, train = rows
-    assert len(train) == 9 and len(by_id) == 3  # one question per hop count (eval_size 300 > fixture)
+    assert len(train) == 9 and len(by_id) == 3  # one question per hop count
     expected = {"2hop_": ([3, 1], 2), "3hop1": ([0, 4, 2], 3), "4hop1": ([5, 1, 3, 0], 4)}
     for key, (support, hops) in expected.items():
         gt = by_id[key]["reward_model"]["ground_truth"]
@@ -281,3 +282,22 @@ def test_answers_without_aliases_or_support():
     task = mq.MUSIQUE
     assert task.parses("<answer>Paris</answer>") and not task.parses("<answer>  </answer>")
     assert not task.parses("Paris") and not task.parses("<ANSWER>Paris</ANSWER>")
+
+
+def test_a_test_split_shorter_than_eval_size_is_refused(tmp_path, capsys):
+    """eval_size=300 on data with 3 validation questions once wrote 3 rows and exited 0: the short-split check
+    knew only train_size and test_size."""
+    out = tmp_path / "out"
+    args = ["preprocess", "--task", "musique", "--out", str(out), "--set", f"path={FIXTURE}"]
+    with pytest.raises(
+        SystemExit, match=r"test\.parquet holds 3 rows; task_settings\.musique\.data\.eval_size asks for 300"
+    ):
+        vpo_main([*args, "--set", "eval_size=300"])
+    assert not (out / "test.parquet").exists() and not (out / "train.parquet").exists()
+    with pytest.raises(SystemExit, match=r"eval_size asks for 300"):  # the default asks for 300 too
+        vpo_main(args)
+    with pytest.raises(
+        SystemExit, match=r"train\.parquet holds 9 rows; task_settings\.musique\.data\.train_size asks for 20"
+    ):
+        vpo_main([*args, "--set", "eval_size=3", "--set", "train_size=20"])
+    assert vpo_main([*args, "--set", "eval_size=0"]) == 0  # 0: every validation question, nothing asked

@@ -137,9 +137,9 @@ def split_problem(task, split: str, rows: list[dict], settings: dict[str, Any]) 
     where = f"task_settings.{task.name}.data"
     if not rows:
         return f"is empty: the data gave no usable {split} row; check {where} (the log names what was dropped)"
-    asked = settings.get(f"{split}_size")
-    if isinstance(asked, int) and not isinstance(asked, bool) and len(rows) < asked:
-        return f"holds {len(rows)} rows; {where}.{split}_size asks for {asked} (the data has no more)"
+    name, asked = task.split_sizes(settings).get(split, (None, 0))
+    if len(rows) < asked:
+        return f"holds {len(rows)} rows; {where}.{name} asks for {asked} (the data has no more)"
     return None
 
 

@@ -50,6 +50,8 @@ class Task:
         required_template_fields: those every template must use (without them the problem is unseen).
         settings_class:  the dataclass `preprocess` reads task_settings.<task>.data into; its
                          `from_dict` is run when the config is read, so bad data settings stop the plan.
+        size_settings:   split -> the data setting that asks for that many rows (musique: test is
+                         `eval_size`); `vpo preprocess` refuses a split with fewer rows than asked.
     """
 
     name: str = ""
@@ -64,6 +66,7 @@ class Task:
     template_fields: tuple[str, ...] = ()
     required_template_fields: tuple[str, ...] = ()
     settings_class: type | None = None
+    size_settings: Mapping[str, str] = {"train": "train_size", "test": "test_size"}
 
     # ---- properties every task gets ---------------------------------------------------------
     @property
@@ -96,6 +99,20 @@ class Task:
         except (ValueError, TypeError) as err:
             return [f"task_settings.{self.name}.data: {err}"]
         return []
+
+    def split_sizes(self, settings: dict[str, Any] | None) -> dict[str, tuple[str, int]]:
+        """split -> (setting, rows it asks for) of the sizes these data settings ask for, defaults included
+        (`settings_class`); a size that is unset, 0 or not a whole number asks for nothing ("all rows")."""
+        values = dict(settings or {})
+        if self.settings_class is not None:
+            with contextlib.suppress(ValueError, TypeError):  # bad settings are refused elsewhere, naming them
+                values = dataclasses.asdict(self.settings_class.from_dict(values))
+        sizes = {}
+        for split, name in self.size_settings.items():
+            asked = values.get(name)
+            if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+                sizes[split] = (name, asked)
+        return sizes
 
     # ---- what a task implements ------------------------------------------------------------
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:

@@ -177,6 +177,7 @@ class MusiqueTask(ResponseSlotTask):
     template_fields = ("paragraphs", "question")
     required_template_fields = ("paragraphs", "question")
     settings_class = MusiqueSettings
+    size_settings = {"train": "train_size", "test": "eval_size"}  # the test split is drawn from validation
 
     def is_correct(self, vector: Sequence[float]) -> bool:
         """Solved: every hop found and answer F1 = 1."""
