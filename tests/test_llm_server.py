@@ -216,3 +216,21 @@ def test_clients_that_trickle_their_requests_are_dropped_and_do_not_starve_reque
             stop.set()
             for thread in slow:
                 thread.join(timeout=10)
+
+
+def test_forty_idle_connections_do_not_delay_a_request():
+    """At the default 30 s idle timeout, 8 idle sockets once delayed a request with the token by 29.5 s and
+    40 by 149.6 s: each accepted connection held a worker while it waited for a first byte."""
+    with LoopbackServer(EchoBackend(), "echo", max_tokens_cap=16, max_body_bytes=10_000, workers=8) as server:
+        host, port = server._httpd.server_address[:2]
+        idle = [socket.create_connection((host, port)) for _ in range(40)]
+        try:
+            time.sleep(0.5)  # every idle connection accepted
+            started = time.monotonic()
+            for seed in range(3):
+                status, answer = post(server, chat(seed=seed))
+                assert status == 200 and answer["choices"][0]["message"]["content"] == f"echo {seed}"
+            assert time.monotonic() - started < 3.0
+        finally:
+            for sock in idle:
+                sock.close()
