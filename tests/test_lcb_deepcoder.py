@@ -314,3 +314,66 @@ def test_vpo_preprocess_refuses_an_empty_split_naming_the_settings(tmp_path, cap
             ]
         )
     assert not list((tmp_path / "out").glob("*.parquet"))
+
+
+def read_split(out, split):
+    from vpo.data import read_rows
+    from vpo.preprocess import parquet_rows
+
+    return read_rows(out, split) if parquet_rows(out / f"{split}.parquet") else []
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda r: r.update(difficulty=3), "info.difficulty is a int, not text"),
+        (lambda r: r.update(platform=["leetcode"]), "info.platform is a list, not text"),
+        (lambda r: r.update(metadata={"func_name": 5}), "fn_name is a int, not text"),
+        (lambda r: r.update(private_test_cases='[{"input": "1", "output": "1", "testtype": 7}]'), "testtype is a int"),
+    ],
+)
+def test_a_field_of_the_wrong_type_drops_and_names_its_record(tmp_path, capfd, edit, words):
+    """One record with a value of the wrong type once stopped the whole preprocess with a pyarrow error
+    naming no record, and left train.parquet behind."""
+    import json
+
+    from vpo.cli import main
+
+    records = [
+        json.loads(line)
+        for line in (Path(__file__).parent / "fixtures" / "lcb" / "test.jsonl").read_text().splitlines()
+    ]
+    edit(records[0])
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "test.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = tmp_path / "out"
+    LCB.preprocess(str(out), {"source": "livecodebench", "livecodebench": {"path": str(raw)}})
+    err = capfd.readouterr().err
+    assert f"dropped {records[0]['question_id']!r}: {words}" in err and "'malformed': 1" in err
+    written = [row["extra_info"]["task_id"] for split in ("train", "test") for row in read_split(out, split)]
+    assert records[0]["question_id"] not in written and records[1]["question_id"] in written
+    # a failed preprocess leaves neither split (here: every record is a test problem, train is empty)
+    args = ["preprocess", "--task", "lcb", "--out", str(out), "--set", "source=livecodebench"]
+    with pytest.raises(SystemExit, match="train.parquet is empty"):
+        main([*args, "--set", f"livecodebench.path={raw}"])
+    assert not (out / "train.parquet").exists() and not (out / "test.parquet").exists()
+
+
+def test_a_preprocess_that_raises_leaves_no_split(tmp_path, monkeypatch):
+    """The task wrote train.parquet and then failed: neither split stays."""
+    from vpo.cli import main
+    from vpo.task import resolve
+    from vpo.atomic import write_parquet_atomic
+
+    task = resolve("lcb")
+
+    def half(out_dir, settings=None):
+        write_parquet_atomic([{"data_source": "lcb"}], Path(out_dir) / "train.parquet")
+        raise ValueError("the test split's source is gone")
+
+    monkeypatch.setattr(task, "preprocess", half)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="the test split's source is gone"):
+        main(["preprocess", "--task", "lcb", "--out", str(out)])
+    assert not (out / "train.parquet").exists()

@@ -160,8 +160,13 @@ def run(args: argparse.Namespace) -> int:
         # a relative template path names a file of the project, the directory config.yaml is in
         templates = read_templates(task, block.get("prompts"), Path(args.config).parent if args.config else None)
         # ValueError and OSError: the task's own messages about its settings and data files
-        with task_code(task, "preprocessing", passes=(ValueError, OSError)):
-            train_path, test_path = task.preprocess(args.out, settings)
+        try:
+            with task_code(task, "preprocessing", passes=(ValueError, OSError)):
+                train_path, test_path = task.preprocess(args.out, settings)
+        except BaseException:
+            for split in ("train", "test"):  # never one split of a failed preprocess beside an old other
+                (Path(args.out) / f"{split}.parquet").unlink(missing_ok=True)
+            raise
         for split, path in (("train", train_path), ("test", test_path)):
             rows = read_rows(args.out, split) if parquet_rows(path) else []
             if templates and rows:

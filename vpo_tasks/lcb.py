@@ -30,6 +30,7 @@ from vpo_tasks.lcb_sources import (
     DroppedRecord,
     LiveCodeBenchSource,
     RawProblem,
+    checked_fields,
     livecodebench_records,
 )
 from vpo_tasks.lcb_grading import (
@@ -190,7 +191,7 @@ class LcbTask(Task):
         dropped: dict[str, int] = {}
         for split, record, reader in records:
             try:
-                splits[split].append(problem_of(reader(record), s))
+                splits[split].append(problem_of(checked_fields(reader(record)), s))
             except DroppedRecord as err:
                 dropped[err.reason] = dropped.get(err.reason, 0) + 1
                 if err.detail:

@@ -91,6 +91,20 @@ class RawProblem:
     when: datetime | None = None  # contest date (livecodebench only)
 
 
+def checked_fields(raw: RawProblem) -> RawProblem:
+    """`raw` when every field a row carries has the type its parquet column needs; DroppedRecord naming the
+    first one that does not (a `difficulty: 3` among text difficulties once stopped the whole preprocess
+    with a pyarrow error naming no record)."""
+    fields = {"task_id": raw.task_id, "question": raw.question, "starter_code": raw.starter_code}
+    fields.update({"testtype": raw.testtype, "fn_name": raw.fn_name}, **{f"info.{k}": v for k, v in raw.info.items()})
+    for name, value in fields.items():
+        if not (value is None and (name == "fn_name" or name.startswith("info."))) and not isinstance(value, str):
+            raise DroppedRecord("malformed", f"{name} is a {type(value).__name__}, not text")
+    if raw.testtype not in ("functional", "stdin"):
+        raise DroppedRecord("malformed", f"testtype {raw.testtype[:40]!r} is neither functional nor stdin")
+    return raw
+
+
 class DroppedRecord(Exception):
     """A raw record that yields no problem: `reason` is counted, `detail` (if any) is logged."""
 
