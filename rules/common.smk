@@ -14,7 +14,7 @@ from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_
 from vpo.config import answers_per_rollout, method_settings, scale_note, trains_tiny_base
 from vpo.config import deep_merge, write_config
 from vpo.plan import backend_missing, cell_jobs, large_plan_note, paths_outside, stale_note, stale_outputs
-from vpo.overrides import file_overrides, preset_conflicts, user_overrides
+from vpo.overrides import file_notes, file_overrides, preset_conflicts, user_overrides
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
 from vpo.provenance import front_page_lines
@@ -29,12 +29,14 @@ try:
     _PROJECT_CONFIG = (Path(workflow.basedir).parent / "config.yaml").resolve()
     with open(_PROJECT_CONFIG) as _fh:
         _PROJECT = yaml.safe_load(_fh)
-    _FILES = []  # the user's own --configfile files: what they set wins, equal to config.yaml's or not
+    _FILES = []  # the user's own --configfile files (path, contents): what they set wins (vpo/overrides.py)
     for _path in workflow.config_settings.configfiles:
         if Path(_path).resolve() != _PROJECT_CONFIG:
             with open(_path) as _fh:
-                _FILES.append(yaml.safe_load(_fh) or {})
-    _OVERRIDES = user_overrides(config, _PROJECT, deep_merge(file_overrides(_FILES, _PROJECT),
+                _FILES.append((str(_path), yaml.safe_load(_fh) or {}))
+    for _line in file_notes(_FILES, _PROJECT, config.get("preset")):
+        print(_line, file=sys.stderr)
+    _OVERRIDES = user_overrides(config, _PROJECT, deep_merge(file_overrides([f for _, f in _FILES], _PROJECT),
                                                              dict(workflow.config_settings.config)))
     for _key in preset_conflicts(config, _OVERRIDES):
         print(f"config: preset '{config.get('preset')}' sets {_key}, but your --configfile/--config value is used",

@@ -430,7 +430,11 @@ def test_a_users_file_sets_overrides_equal_to_the_project_or_not(raw):
         },
         {"seeds": ["4"]},
     ]
-    assert file_overrides(files, raw) == {"seeds": [4], "task_settings": {"maze": {"m": 3}}}
+    # the first file holds presets: a copy of config.yaml, whose values equal to config.yaml's are not overrides
+    assert file_overrides(files, raw) == {"seeds": [4]}
+    assert file_overrides(files[:1], raw) == {}
+    run_file = {k: v for k, v in files[0].items() if k != "presets"}  # the same values in a run file: all win
+    assert file_overrides([run_file], raw) == {"seeds": [0, 1, 2], "task_settings": {"maze": {"m": 3}}}
     assert file_overrides([], raw) == {}
 
 

@@ -564,6 +564,32 @@ def test_a_rebuild_hint_plans_the_file_in_its_own_preset(tmp_path, path):
     assert path in output
 
 
+def test_a_copy_of_config_yaml_as_a_run_file_changes_only_what_it_changes(tmp_path):
+    """README's recipe: `cp config.yaml my-run.yaml`, other seeds. Every leaf of the copy once won over the
+    preset, so the cpu run planned the paper grid (backend veRL, 54 trainings) into results/cpu/."""
+    import yaml
+
+    mine = yaml.safe_load((REPO / "config.yaml").read_text())
+    mine["seeds"] = [7, 8]  # what the user changed; the rest is config.yaml's, under the preset as config.yaml is
+    (tmp_path / "my-run.yaml").write_text(yaml.safe_dump(mine, sort_keys=False))
+    cmd = [str(SNAKEMAKE), "-n", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--configfile",
+           str(REPO / "config.yaml"), str(tmp_path / "my-run.yaml"), "--workflow-profile",
+           str(REPO / "profiles" / "default"), "figures/pass_at_k.pdf"]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts["train"] == 8 and counts["base_model"] == 2  # the cpu preset's 4 methods (local), 2 seeds
+    assert f"config: {tmp_path / 'my-run.yaml'} sets seeds over preset 'cpu'; a copy of config.yaml" in result.stderr
+    assert "results/cpu/runs/maze/vpo/seed8/train.json" in result.stdout and "results/cpu/runs/musique" not in (
+        result.stdout
+    )
+    (tmp_path / "run.yaml").write_text("seeds: [0, 1, 2]\n")  # a run file: what it sets wins, equal or not
+    result = subprocess.run([*cmd[:-3], str(tmp_path / "run.yaml"), *cmd[-3:]], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert job_counts(result.stdout + result.stderr)["train"] == 12
+    assert f"config: {tmp_path / 'run.yaml'} sets seeds over preset 'cpu'\n" in result.stderr
+
+
 def test_a_second_config_files_values_equal_to_config_yamls_still_win(tmp_path):
     """`seeds: [0, 1, 2]` in the user's own file is config.yaml's own list: it wins over the cpu preset's
     five seeds as `--config` does (it once planned five)."""

@@ -24,13 +24,7 @@ def user_overrides(
     preset's). The settings of a task config.yaml has none for are not overrides: they are that
     task's base values, under the presets as config.yaml's are."""
 
-    def diff(a: Any, b: Any) -> Any:
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out = {k: diff(v, b[k]) if k in b else v for k, v in a.items() if k not in b or v != b[k]}
-            return {k: v for k, v in out.items() if v != {}}
-        return a
-
-    found = diff(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project)))
+    found = changed(numbers_in_lists(dict(raw)), numbers_in_lists(dict(project)))
     # a task config.yaml lacks (a plugin's, from a second --configfile) gets its settings there as
     # config.yaml's tasks do: the base values, which a preset's `presets.<name>.task_settings` refine
     for task in [t for t in found.get("task_settings") or {} if t not in (project.get("task_settings") or {})]:
@@ -40,14 +34,31 @@ def user_overrides(
     return {k: v for k, v in found.items() if k not in ("preset", "presets")}
 
 
+def changed(a: Any, b: Any) -> Any:
+    """The leaves of mapping `a` that differ from `b`'s or that `b` lacks ({} when none)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out = {k: changed(v, b[k]) if k in b else v for k, v in a.items() if k not in b or v != b[k]}
+        return {k: v for k, v in out.items() if v != {}}
+    return a
+
+
+def is_copy(data: Mapping[str, Any]) -> bool:
+    """Whether a user's config file is a copy of config.yaml (`cp config.yaml my-run.yaml`, then edited): it
+    holds a `presets:` block. A run file (`seeds: [0, 1, 2]`) holds none."""
+    return "presets" in data
+
+
 def file_overrides(files: list[Mapping[str, Any]], project: Mapping[str, Any]) -> dict[str, Any]:
-    """Every leaf the user's own config files (`--configfile`, not config.yaml) set, even one equal
-    to config.yaml's: it wins over the preset as what `--config` sets does. Left out: `preset` and
-    `presets` (a file's presets are presets), and the settings of a task config.yaml has none for (that
-    task's base values, which presets refine)."""
+    """What the user's own config files (`--configfile`, not config.yaml) set over the preset, as `--config`
+    does: every leaf of a run file, even one equal to config.yaml's (`seeds: [0, 1, 2]` means it); of a copy
+    of config.yaml (`is_copy`), only what it changes (its every leaf once cancelled the preset: a copy with
+    other seeds planned the paper grid, backend veRL, into results/cpu). Left out: `preset` and `presets` (a
+    file's presets are presets), and the settings of a task config.yaml has none for (that task's base values,
+    which presets refine)."""
     merged: dict[str, Any] = {}
     for data in files:
-        merged = deep_merge(merged, numbers_in_lists(dict(data or {})))
+        data = numbers_in_lists(dict(data or {}))
+        merged = deep_merge(merged, changed(data, numbers_in_lists(dict(project))) if is_copy(data) else data)
     known = project.get("task_settings") or {}
     if "task_settings" in merged:
         merged["task_settings"] = {t: v for t, v in merged["task_settings"].items() if t in known}
@@ -69,3 +80,14 @@ def preset_conflicts(raw: Mapping[str, Any], overrides: Mapping[str, Any], prese
 
     walk(overrides, (raw.get("presets") or {}).get(name) or {}, [])
     return found
+
+
+def file_notes(named: list[tuple[str, Mapping[str, Any]]], project: Mapping[str, Any], preset: str) -> list[str]:
+    """One line per user's config file (path, contents): the keys it sets over the preset, and how it is read."""
+    lines = []
+    for path, data in named:
+        keys = sorted(file_overrides([data], project))
+        how = "a copy of config.yaml (it holds presets:), so only what it changes counts" if is_copy(data) else ""
+        sets = ", ".join(keys) if keys else "nothing"
+        lines.append(f"config: {path} sets {sets} over preset '{preset}'" + (f"; {how}" if how else ""))
+    return lines
