@@ -18,6 +18,7 @@ from vpo.overrides import file_notes, file_overrides, preset_conflicts, user_ove
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
 from vpo.provenance import front_page_lines
+from vpo.task import TaskPluginError
 from vpo.record import as_rst, deviations as paper_deviations
 from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures directory (common.smk)
 
@@ -44,7 +45,7 @@ try:
     CFG = resolve_config(config, overrides=_OVERRIDES, source="config (config.yaml + --configfile/--config)")
     # a relative data.path names a directory of the project (e.g. the ci preset's fixtures)
     CFG = absolute_data_paths(CFG, Path(workflow.basedir).parent)
-except ConfigError as err:
+except (ConfigError, TaskPluginError) as err:
     raise WorkflowError(str(err)) from None
 
 PRESET = CFG["preset"]

@@ -315,3 +315,85 @@ def test_a_data_setting_of_the_wrong_type_is_named_with_the_type_it_needs():
     with pytest.raises(ValueError, match=r"maze: setting size is 'seven' \(str\); expected int"):
         MazeSettings.from_dict({"size": "seven"})
     assert MazeSettings.from_dict({"train_size": 5, "score_mode": "linear"}).train_size == 5
+
+
+def plugin_site(root, dist, module, source, entry):
+    """A distribution on a path of its own: `module` (its source) and a dist-info declaring `entry`."""
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(source)
+    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[vpo.tasks]\n{entry}\n")
+    return root
+
+
+RAISING_PLUGIN = """
+from vpo.task import Task
+
+
+class Broken(Task):
+    name = "broken_task"
+    objectives = (("a", "a"),)
+    scalar_weights = (1.0,)
+
+    def __init__(self):
+        raise RuntimeError("no settings file for broken_task")
+"""
+
+
+def run_with(paths, *args, cwd):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "vpo.cli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_a_plugin_that_raises_when_created_or_is_declared_twice_is_named_in_one_line(tmp_path):
+    """A task class raising in its constructor once reached the user as a traceback naming no plugin; two
+    distributions declaring one task name were told apart by class name only."""
+    site = plugin_site(
+        tmp_path / "a", "broken-dist", "broken_plugin", RAISING_PLUGIN, "broken_task = broken_plugin:Broken"
+    )
+    done = run_with([site], "preprocess", "--task", "maze", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1 and "Traceback" not in done.stderr
+    assert (
+        "task plugin 'broken_task' = broken_plugin:Broken (distribution broken-dist 0.1): creating Broken raised "
+        "RuntimeError('no settings file for broken_task')" in err[0]
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    snakemake = Path(sys.executable).parent / "snakemake"
+    plan = [
+        str(snakemake),
+        "-n",
+        "--snakefile",
+        str(repo / "workflow/Snakefile"),
+        "--configfile",
+        str(repo / "config.yaml"),
+    ]
+    planned = subprocess.run(plan, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert planned.returncode != 0 and "broken_plugin:Broken (distribution broken-dist 0.1): creating Broken" in (
+        planned.stdout + planned.stderr
+    )
+    assert "RuntimeError in file" not in planned.stdout + planned.stderr
+    first = plugin_site(tmp_path / "b", "colours-one", "colours_one", TOY_PLUGIN, "toy_colours = colours_one:COLOURS")
+    second = plugin_site(tmp_path / "c", "colours-two", "colours_two", TOY_PLUGIN, "toy_colours = colours_two:COLOURS")
+    done = run_with([first, second], "preprocess", "--task", "maze", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert (
+        "task plugin 'toy_colours' is declared twice: 'toy_colours' = colours_one:COLOURS (distribution colours-one "
+        "0.1) and 'toy_colours' = colours_two:COLOURS (distribution colours-two 0.1)" in done.stderr
+    )
+
+
+@pytest.mark.parametrize("weights", [(float("nan"),), (float("inf"),), ("1",), (True,)])
+def test_scalar_weights_that_are_not_finite_numbers_are_refused_at_registration(weights):
+    from vpo.task import Task, register
+
+    class Weighted(Task):
+        name = "weighted_task"
+        objectives = (("a", "a"),)
+        scalar_weights = weights
+
+    with pytest.raises(ValueError, match="scalar_weights must be finite numbers"):
+        register(Weighted())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import random
 import re
 import threading
@@ -273,6 +274,17 @@ def as_random(rng: Any) -> random.Random:
 ENTRY_POINT_GROUP = "vpo.tasks"
 
 
+class TaskPluginError(RuntimeError):
+    """A task plugin that cannot be loaded: the message names its entry point and distribution, in one line."""
+
+
+def declared(entry) -> str:
+    """An entry point as a user finds it: `name = module:object (distribution <name> <version>)`."""
+    dist = getattr(entry, "dist", None)
+    where = f"distribution {dist.name} {dist.version}" if dist is not None else "no distribution"
+    return f"{entry.name!r} = {entry.value} ({where})"
+
+
 class TaskRegistry(UserDict):
     """name -> Task; every read first loads the `vpo.tasks` entry points (once per process).
 
@@ -297,16 +309,33 @@ class TaskRegistry(UserDict):
             self._discovered = True
 
     def _load_entry_points(self) -> None:
-        for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        entries = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        by_name: dict[str, list] = {}
+        for entry in entries:
+            if all(declared(entry) != declared(other) for other in by_name.get(entry.name, [])):
+                by_name.setdefault(entry.name, []).append(entry)
+        for name, declaring in by_name.items():
+            if len(declaring) > 1:
+                raise TaskPluginError(
+                    f"task plugin {name!r} is declared twice: {' and '.join(declared(e) for e in declaring)}; "
+                    "uninstall one of the distributions"
+                )
+            entry = declaring[0]
             try:
                 task = entry.load()
             except Exception as err:
-                raise RuntimeError(
-                    f"task plugin {entry.name!r} ({entry.value}) failed to import: {err!r}; "
+                raise TaskPluginError(
+                    f"task plugin {declared(entry)} failed to import: {err!r}; "
                     "fix or uninstall the distribution that declares it"
                 ) from err
             if isinstance(task, type) and issubclass(task, Task):
-                task = task()
+                try:
+                    task = task()
+                except Exception as err:
+                    raise TaskPluginError(
+                        f"task plugin {declared(entry)}: creating {task.__name__} raised {err!r}; "
+                        "fix or uninstall the distribution that declares it"
+                    ) from err
             if not isinstance(task, Task):
                 raise TypeError(
                     f"entry point {entry.name!r} = {entry.value} in group {ENTRY_POINT_GROUP!r} "
@@ -348,6 +377,8 @@ def register(task: Task) -> Task:
         raise ValueError(f"a task named {task.name!r} is already registered ({type(TASKS.data[task.name]).__name__})")
     if len(task.scalar_weights) != len(task.objectives) or not task.objectives:
         raise ValueError(f"task {task.name!r}: scalar_weights must have one weight per objective")
+    if not all(isinstance(w, numbers.Real) and not isinstance(w, bool) and np.isfinite(w) for w in task.scalar_weights):
+        raise ValueError(f"task {task.name!r}: scalar_weights must be finite numbers, got {task.scalar_weights}")
     task.data_source = task.data_source or task.name
     TASKS.data[task.name] = task
     return task
