@@ -477,3 +477,33 @@ def test_the_prefill_precedes_only_a_nonempty_single_answer():
     assert multi == [V_LEFT, ZERO4, ZERO4]
     _, whole = pool("maze", MAZE, ["", TOP], m=1, prefill=TOP + " ")  # a prefill that alone reaches the exit
     assert whole == [ZERO4, V_TOP]
+
+
+@pytest.mark.parametrize("broken", ["answer_slots", "split_answers"])
+def test_a_plugin_parser_that_raises_in_evaluation_is_named_as_in_training(broken):
+    """Training names the task whose parser raised (vpo.task.task_code); evaluation once let the bare
+    exception through."""
+    from vpo.task import Task, TaskCodeError
+
+    class Fragile(Task):
+        name, objectives, scalar_weights, default_m, single_format_line = "fragile", (("a", "Is a"),), (1.0,), 2, ""
+
+        def split_answers(self, text, m):
+            if broken == "split_answers":
+                raise IndexError("no answer tag")
+            return [text.strip()]
+
+        def answer_slots(self, text, m):
+            if broken == "answer_slots":
+                raise IndexError("no answer tag")
+            return [text.strip()] * m
+
+        def score_answer(self, answer, ground_truth):
+            return [1.0]
+
+    row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": {}}}
+    m = 2 if broken == "answer_slots" else 1
+    with pytest.raises(TaskCodeError, match=r"task 'fragile' \(.*Fragile\) raised IndexError while reading"):
+        candidate_frame(
+            Fragile(), [row], PromptPlan([row["prompt"]], [0], [None], 1), [["a"]], m, single_answer_prefill=""
+        )

@@ -148,6 +148,9 @@ def test_preprocess_is_deterministic(data_dir, tmp_path):
         (["--set", "score_mode=quadratic"], "score_mode"),
         (["--train-size", "0"], "at least 1"),
         (["--set", "oops"], "KEY=VALUE"),
+        # json reads NaN and Infinity as numbers: once a NaN size reached the task
+        (["--set", "train_size=NaN"], "--set train_size=NaN: NaN is not a finite number"),
+        (["--set", "deep.value=[1, -Infinity]"], "--set deep.value=[1, -Infinity]: [1, -Infinity] is not a finite"),
     ],
 )
 def test_bad_settings_fail_before_any_file_is_written(tmp_path, argv, message, capsys):

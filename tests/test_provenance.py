@@ -168,8 +168,8 @@ def test_the_aggregate_record_keeps_every_result_and_says_where_they_disagree(ev
 
 
 def test_damaged_records_are_named_one_by_one_and_the_rest_still_reported(tmp_path, capsys):
-    """A JSON list, fields of the wrong type, a link to /dev/zero (once read until memory ran out) and
-    a FIFO (once hung) are each skipped with a line; the good result is still compared."""
+    """A JSON list, fields of the wrong type, a link to /dev/zero (once read until memory ran out), a FIFO
+    (once hung) and JSON nested 100,000 deep are each skipped with a line; the good result is still compared."""
     import os
 
     here = provenance.collect()
@@ -181,10 +181,13 @@ def test_damaged_records_are_named_one_by_one_and_the_rest_still_reported(tmp_pa
     (tmp_path / "zero" / "train.json").symlink_to("/dev/zero")
     (tmp_path / "fifo").mkdir()
     os.mkfifo(tmp_path / "fifo" / "evalseed0.json")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "train.json").write_text("[" * 100_000 + "]" * 100_000)  # once a RecursionError traceback
     assert vpo(["provenance", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     skipped = [line for line in captured.err.splitlines() if line.startswith("vpo provenance: skipped")]
-    assert len(skipped) == 4
+    assert len(skipped) == 5
+    assert any("deep/train.json: unreadable (RecursionError" in line for line in skipped)
     assert any("listed/train.json: no provenance record (a list" in line for line in skipped)
     assert any("typed/train.json: provenance fields of the wrong type: versions" in line for line in skipped)
     assert any("zero/train.json: not a regular file" in line for line in skipped)

@@ -357,6 +357,14 @@ def test_presets_in_one_tree_never_redo_each_others_outputs(tmp_path):
             "source 'apps' is not one of",
         ),
         ({"task_settings": {"maze": {"data": {"size": 12}}}}, "task_settings.maze.data", "size 12 is outside 5..9"),
+        # whole numbers written as floats once reached the code as floats; a token limit below 1 reached training
+        ({"seeds": [0, 1.0]}, "seeds[1]", "1.0 is not of type 'integer'"),
+        ({"local_trainer": {"steps": 4.0}}, "local_trainer.steps", "4.0 is not of type 'integer'"),
+        (
+            {"local_trainer": {"max_new_tokens": {"single": 0}}},
+            "local_trainer.max_new_tokens.single",
+            "0 is less than the minimum of 1",
+        ),
     ],
 )
 def test_malformed_config_fails_at_parse_time(tmp_path, config, key, words):

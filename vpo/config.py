@@ -65,7 +65,12 @@ def _schema_validator():
     with open(SCHEMA_PATH) as fh:
         schema = yaml.load(fh, Loader=YAML_LOADER)
     schema["properties"]["local_trainer"] = _local_trainer_schema()
-    return jsonschema.Draft202012Validator(schema)
+    # an integer is an int: JSON Schema counts 4.0 as one, and `steps: 4.0` or `seeds: [1.0]` then reached the
+    # code as floats (a float seed, a float step count)
+    strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)(schema)
 
 
 def _local_trainer_schema() -> dict:

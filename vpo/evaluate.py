@@ -122,6 +122,8 @@ def candidate_frame(
     not empty). `texts[i]` holds the `plan.n` responses to `plan.prompts[i]`."""
     import pandas as pd
 
+    from vpo.task import task_code
+
     names = task.objective_names
     records, chains_of = [], [0] * len(rows)
     for prompt, p, shown, responses in zip(plan.prompts, plan.problem, plan.weights, texts):
@@ -131,9 +133,14 @@ def candidate_frame(
             c, chains_of[p] = chains_of[p], chains_of[p] + 1
             prefilled = m == 1 and single_answer_prefill and str(text).strip()
             scored = single_answer_prefill + str(text) if prefilled else text
-            found += [(c, slot, candidate, text) for slot, candidate in enumerate(task.eval_candidates(scored, m))]
-        vectors = task.score_candidates([f[2] for f in found], row["reward_model"]["ground_truth"])
+            with task_code(task, "reading an evaluation response's answer slots", scored):
+                candidates = task.eval_candidates(scored, m)
+            found += [(c, slot, candidate, text) for slot, candidate in enumerate(candidates)]
+        with task_code(task, "scoring evaluation candidates", found[0][2] if found else ""):
+            vectors = task.score_candidates([f[2] for f in found], row["reward_model"]["ground_truth"])
         for (c, slot, candidate, text), vector in zip(found, vectors):
+            with task_code(task, "reading the answer of an evaluation candidate", candidate):
+                answer = task.candidate_answer(candidate)
             records.append(
                 {
                     "problem": int(row.get("extra_info", {}).get("index", p)),
@@ -143,7 +150,7 @@ def candidate_frame(
                     "slot": slot,
                     "text": candidate,
                     "response": text,
-                    "answer": task.candidate_answer(candidate),
+                    "answer": answer,
                     **dict(zip(names, task.pad(vector))),
                     "k": len(vector),
                     "scalar": task.scalar(vector),

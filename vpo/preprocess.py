@@ -57,6 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def not_finite(value: Any) -> bool:
+    """Whether a parsed value holds NaN or an infinity, at any depth."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(not_finite(v) for v in value.values())
+    return isinstance(value, list) and any(not_finite(v) for v in value)
+
+
 def _parse_set(items: list[str]) -> dict[str, Any]:
     """{key: value} of `--set key=value` items; a dotted key (`deepcoder.path=DIR`) sets a nested one."""
     settings: dict[str, Any] = {}
@@ -68,6 +77,8 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
             parsed = json.loads(value)
         except json.JSONDecodeError:
             parsed = value
+        if not_finite(parsed):  # json reads NaN and Infinity; no setting means them
+            raise SystemExit(f"vpo preprocess: --set {key}={value}: {value} is not a finite number")
         *parents, leaf = key.split(".")
         node = settings
         for name in parents:

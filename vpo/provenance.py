@@ -286,7 +286,7 @@ def records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
                 bad.append(f"{path}: {path.stat().st_size} bytes, not a result's record")
                 continue
             payload = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:  # RecursionError: JSON nested past Python's limit
             bad.append(f"{path}: unreadable ({type(err).__name__}: {' '.join(str(err).split())[:120]})")
             continue
         record = (payload.get("provenance") or payload.get("aggregate")) if isinstance(payload, dict) else None

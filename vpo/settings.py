@@ -28,6 +28,7 @@ LIMITS = {
     "warm_start_batch": POSITIVE,
     "warm_start_lr": POSITIVE,
     "steps": POSITIVE,
+    "max_new_tokens": {"additionalProperties": {"type": "integer", "minimum": 1}},  # per prompt kind
     "prompts_per_step": POSITIVE,
     "rollouts_per_prompt": {"minimum": 2},  # a group of one has no within-group baseline
     "ppo_mini_batches": POSITIVE,
