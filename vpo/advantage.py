@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from vpo.rollouts import as_matrix, group_codes, group_slots
+from vpo.set_rl import DEGENERATE_KEY, key_codes, rollout_novelty, set_rl, strategy_diagnostics
 from vpo.vpo_scores import vpo_scores
 from vpo.weights import canonical_sampler
 
@@ -324,3 +325,73 @@ def max_at_k_advantage(
         raw[rsel] = values[lg, slot]
     _, mean, std = _group_mean_std(raw, codes, ddof=1)
     return (raw - mean[codes]) / (std[codes] + eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Set RL (Poly-EPO, vpo/set_rl.py) and its per-rollout rival: rewards with a strategy key per rollout
+
+
+def _strategy_inputs(scores, group_ids, strategy_keys, correct) -> tuple[np.ndarray, np.ndarray]:
+    """(rewards clipped to [0, 1], correct flags (B,) bool: given, else reward > 0 as the authors count)."""
+    x = _scores_vector(scores, group_ids)
+    if strategy_keys is None or len(strategy_keys) != len(x):
+        raise ValueError(f"this estimator needs one strategy key per rollout ({len(x)}); the trainer passes them")
+    flags = x > 0 if correct is None else np.asarray(correct, dtype=bool)
+    return np.clip(x, 0.0, 1.0), flags  # the product form assumes rewards in [0, 1]
+
+
+@register_estimator("set_rl")
+def set_rl_advantage(
+    scores: Sequence[float] | np.ndarray,
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    strategy_keys: Sequence[Any] | None = None,
+    correct: Sequence[bool] | None = None,
+    set_size: int = 4,
+    aggregation: str = "mean",
+    homogeneous: str = "paper",
+    degenerate_key: str = DEGENERATE_KEY,
+    n_sets: int | None = None,
+    rng: np.random.Generator | int | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Poly-EPO's set-RL advantage (vpo/set_rl.py): f(S) = mean reward x distinct strategies / n over the
+    group's n-subsets, A(S) = f(S) - mean f, a rollout's advantage the mean (or sum) of A over its sets.
+
+    scores: (B,) rewards, clipped to [0, 1];  group_ids: (B,);  strategy_keys: (B,) hashable;  correct:
+    (B,) bool for the diagnostics (default reward > 0).  Returns: float64 (B,), diagnostics.
+    """
+    x, flags = _strategy_inputs(scores, group_ids, strategy_keys, correct)
+    adv, found = set_rl(
+        x, group_ids, list(strategy_keys), set_size=set_size, aggregation=aggregation, homogeneous=homogeneous,
+        degenerate_key=degenerate_key, n_sets=n_sets, rng=rng,
+    )  # fmt: skip
+    diagnostics = strategy_diagnostics(group_ids, found["codes"], flags, adv)
+    diagnostics.update(set_diversity=found["diversity"], skipped_groups=float(found["skipped"]))
+    return adv, {f"set_rl/{key}": value for key, value in diagnostics.items()}
+
+
+@register_estimator("grpo_div")
+def grpo_div_advantage(
+    scores: Sequence[float] | np.ndarray,
+    group_ids: Sequence[Any] | np.ndarray,
+    *,
+    strategy_keys: Sequence[Any] | None = None,
+    correct: Sequence[bool] | None = None,
+    diversity_weight: float = 0.5,
+    degenerate_key: str = DEGENERATE_KEY,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """GRPO+DIV: GRPO on r + lambda d(y), d(y) the share of the group's other rollouts whose strategy differs
+    from y's (the additive bonus the polychromic papers compare with).
+
+    scores: (B,) rewards, clipped to [0, 1];  group_ids: (B,);  strategy_keys: (B,);  correct: (B,) bool.
+    Returns: float64 (B,), diagnostics.
+    """
+    x, flags = _strategy_inputs(scores, group_ids, strategy_keys, correct)
+    codes = key_codes(list(strategy_keys), degenerate_key)
+    novelty = rollout_novelty(group_ids, codes)
+    adv = grpo_advantage(x + diversity_weight * novelty, group_ids, norm_by_std=norm_by_std, eps=eps)
+    diagnostics = strategy_diagnostics(group_ids, codes, flags, adv)
+    diagnostics["novelty"] = float(novelty.mean()) if len(novelty) else 0.0
+    return adv, {f"grpo_div/{key}": value for key, value in diagnostics.items()}
