@@ -32,7 +32,8 @@ MUTMUT = Path(sys.executable).parent / "mutmut"
 # module -> the tests that hold it (its own test files, kept short: every mutant reruns them)
 MODULES = {
     "vpo/vpo_scores.py": ["tests/test_advantage.py"],
-    "vpo/advantage.py": ["tests/test_advantage.py"],
+    "vpo/advantage.py": ["tests/test_advantage.py", "tests/test_set_rl.py"],
+    "vpo/set_rl.py": ["tests/test_set_rl.py"],
     "vpo/method_advantage.py": ["tests/test_advantage.py"],
     "vpo/weights.py": ["tests/test_weights.py"],
     "vpo/metrics.py": ["tests/test_metrics.py"],

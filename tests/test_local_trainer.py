@@ -112,7 +112,7 @@ def strip_timing(records):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
-@pytest.mark.parametrize("method", ["grpo", "vpo"])
+@pytest.mark.parametrize("method", ["grpo", "vpo", "poly_epo", "grpo_div"])
 def test_train_cli_writes_run_directory(
     method, tiny_config, tiny_maze_data, tiny_base_model, tiny_multi_base_model, tmp_path
 ):
@@ -144,6 +144,11 @@ def test_train_cli_writes_run_directory(
             assert r["response_length_mean"] == (40 if method == "vpo" else 16)
     if method == "vpo":
         assert "vpo/pool_expected_best_mean" in records[0]
+    if method == "poly_epo":  # groups of 3 rollouts, sets of 4: every group is skipped, and counted
+        assert all(r["set_rl/skipped_groups"] == 2 and r["advantage/zero_frac"] == 1.0 for r in records)
+        assert {"set_rl/distinct_keys", "set_rl/incorrect_positive_share"} <= set(records[0])
+    if method == "grpo_div":
+        assert all(0.0 <= r["grpo_div/novelty"] <= 1.0 for r in records) and "grpo_div/distinct_keys" in records[0]
     # keep_checkpoints = 2 of steps 2 and 4; the final model loads with from_pretrained.
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["final", "step_2", "step_4"]
     load_pretrained(out / "checkpoints" / "final")

@@ -21,6 +21,8 @@ DESIGN_TABLE = [
     ("vpo_single", "vpo_single", False, "matrix", "single"),
     ("goal_cond", "grpo", False, "weighted", "goal"),
     ("random_weight", "grpo", False, "weighted", "single"),
+    ("poly_epo", "set_rl", False, "keyed", "single"),
+    ("grpo_div", "grpo_div", False, "keyed", "single"),
 ]
 
 

@@ -200,7 +200,7 @@ def test_tables_render_as_html_for_the_report(tmp_path):
 
 
 def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
-    """The nine methods x five tasks of the paper grid, from a synthetic summary."""
+    """Every method of the table (the paper's nine, Poly-EPO and GRPO+DIV) x five tasks, from a synthetic summary."""
     import matplotlib.text
 
     from vpo.methods import METHODS as ALL
@@ -220,8 +220,8 @@ def test_paper_grid_figures_fit_the_text_width_and_tell_methods_apart(tmp_path):
     assert smallest * min(1.0, TEXT_WIDTH_IN / width) >= MIN_FONT_PT  # scaled to the text width
     assert smallest >= FONT_PT - 1
     styles = [method_style(m) for m in methods]
-    assert len({s["color"] for s in styles}) == 9  # a colour each
-    assert len({(s["ls"], s["marker"]) for s in styles}) == 9  # and told apart without colour
+    assert len({s["color"] for s in styles}) == len(methods)  # a colour each
+    assert len({(s["ls"], s["marker"]) for s in styles}) == len(methods)  # and told apart without colour
     lines = [ax.get_lines() for ax in fig.axes if ax.get_visible()]
     assert [line.get_marker() for line in lines[0]] == [s["marker"] for s in styles]
 

@@ -37,7 +37,9 @@ def test_single_multi_and_goal_rows_give_identical_keys():
     for result in (single, multi, goal, junk):
         matrix = as_matrix(result["sub_scores"])
         assert json.loads(json.dumps(json.loads(result["sub_scores"]))) == matrix.tolist()
-        assert all(isinstance(result[k], float) for k in keys - {"sub_scores"})
+        assert all(isinstance(result[k], float) for k in keys - {"sub_scores", "strategy"})
+        assert isinstance(result["strategy"], str)
+    assert junk["strategy"] == "degenerate" and single["strategy"] != multi["strategy"]
 
 
 def test_scores_per_mode_are_the_method_scalars():

@@ -116,7 +116,7 @@ def test_a_new_task_plugs_into_reward_and_prompts(words_task):
     assert (multi["red"], multi["blue"]) == (1.0, 1.0)  # the best row's channels
     goal = prepare_row(row, "goal_cond", None, seed=0)
     assert "- Saying red: " in goal["prompt"][0]["content"]
-    assert set(single) == set(multi) == {"score", "sub_scores", "red", "blue", "acc", "num_answers"}
+    assert set(single) == set(multi) == {"score", "sub_scores", "red", "blue", "acc", "num_answers", "strategy"}
 
 
 def test_a_scorer_that_misbehaves_cannot_leak_bad_values(words_task, monkeypatch):

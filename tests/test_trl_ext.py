@@ -22,7 +22,9 @@ def synthetic_scorer(completion: str, *, extra_info: dict, **_) -> dict:
     digest = hashlib.sha256(completion.encode()).digest()
     m = 1 + digest[0] % extra_info["num_solutions"]
     matrix = [[digest[1 + 4 * i + j] / 255.0 for j in range(4)] for i in range(m)]
-    return {"score": float(max(sum(row) for row in matrix)), "sub_scores": json.dumps(matrix)}
+    score = float(max(sum(row) for row in matrix))
+    # a strategy of three and a verdict, for the methods that read them (poly_epo, grpo_div)
+    return {"score": score, "sub_scores": json.dumps(matrix), "strategy": "abc"[digest[0] % 3], "acc": float(score > 2)}
 
 
 def texts_of(trainer, output) -> list[str]:
@@ -78,7 +80,10 @@ def test_trls_own_scaling_and_reward_functions_are_refused(one_batch):
         make("vpo", reward_funcs=[lambda **_: [0.0]])
 
 
-EVERY_METHOD = ["vpo", "grpo", "max_at_k", "vpo_single", "maxrl", "multi_rlvr", "gdpo", "goal_cond", "random_weight"]
+EVERY_METHOD = [
+    "vpo", "grpo", "max_at_k", "vpo_single", "maxrl", "multi_rlvr", "gdpo", "goal_cond", "random_weight", "poly_epo",
+    "grpo_div",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("method", EVERY_METHOD)
@@ -87,7 +92,8 @@ def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_g
     from vpo.method_advantage import advantage_for_method
     from vpo.rollouts import as_matrix
 
-    trainer = one_batch(method, scorer=synthetic_scorer, estimator_seed=7)
+    settings = {"set_size": 2} if method == "poly_epo" else {}  # sets smaller than the groups of N = 3
+    trainer = one_batch(method, scorer=synthetic_scorer, estimator_seed=7, method_settings=settings)
     batch = rows_of(trainer)
     output = trainer._generate_and_score_completions(batch)
     results = [synthetic_scorer(text, **row) for text, row in zip(texts_of(trainer, output), batch)]
@@ -105,10 +111,14 @@ def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_g
             scores=scores,
             sub_scores=[as_matrix(r["sub_scores"]) for r in results],
             group_ids=groups,
+            settings=settings,
             rng=np.random.default_rng([7, 1]),
-            response_lengths=output["completion_mask"].sum(1).numpy(),
-        )  # gdpo's
+            response_lengths=output["completion_mask"].sum(1).numpy(),  # gdpo's
+            strategy_keys=[r["strategy"] for r in results],  # poly_epo's and grpo_div's
+            correct=[r["acc"] > 0 for r in results],
+        )
     np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert np.abs(expected).max() > 1e-3  # a comparison of advantages that move
     logged = trainer._metrics["eval"]  # outside train() the model is in eval mode
     assert logged["advantage/std"] and logged["pool_diversity"]
     if method == "vpo":

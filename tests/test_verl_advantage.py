@@ -32,7 +32,12 @@ GROUPS = {
     ],
 }
 RESPONSE_LENGTHS = [5, 3, 7, 2, 6, 4, 8]
-SETTINGS = {"n_weights": 50, "alpha": 1.0, "sampler": "naive", "k": 2}
+SETTINGS = {"n_weights": 50, "alpha": 1.0, "sampler": "naive", "k": 2, "set_size": 2}  # poly_epo: sets of 2
+
+
+def _strategy(matrix: np.ndarray) -> str:
+    """A strategy key per rollout that repeats within a group (for poly_epo and grpo_div)."""
+    return "abc"[int(round(matrix.sum() * 4)) % 3]
 
 
 def _rollouts(single_answer: bool):
@@ -49,6 +54,7 @@ def _rollouts(single_answer: bool):
 
 def _extra_info(matrix: np.ndarray, score: float) -> dict:
     info = {"score": score, "acc": float(score > 0), "sub_scores": json.dumps(matrix.tolist())}
+    info["strategy"] = _strategy(matrix)
     for j in range(4):  # identical channel keys for every row
         info[f"c{j}"] = float(matrix[0, j]) if j < matrix.shape[1] else 0.0
     return info
@@ -65,7 +71,11 @@ def _expected(method: str, uids, matrices, scores) -> np.ndarray:
         settings=dict(SETTINGS),
         rng=np.random.default_rng([SEED, STEP]),
         response_lengths=RESPONSE_LENGTHS,
+        strategy_keys=[_strategy(m) for m in matrices],
+        correct=[s > 0 for s in scores],
     )
+    if method in ("poly_epo", "grpo_div"):
+        assert len({_strategy(m) for m in matrices}) > 1 and np.abs(advantages).max() > 1e-3  # moving advantages
     return np.asarray(advantages, dtype=np.float64)
 
 
@@ -78,6 +88,7 @@ def verl_config():
     overrides = [
         f"algorithm.vpo.seed={SEED}",
         f"+algorithm.vpo.settings.k={SETTINGS['k']}",
+        f"+algorithm.vpo.settings.set_size={SETTINGS['set_size']}",
         f"algorithm.vpo.settings.n_weights={SETTINGS['n_weights']}",
         "actor_rollout_ref.rollout.n=4",
     ]
@@ -114,14 +125,16 @@ def test_registered_names_and_trainer(verl_config):
     import vpo.verl_ext.estimators as ext
     from vpo.verl_ext.trainer import VPOTrainerSync
 
-    for name in ("vpo", "vpo_single", "maxrl", "max_at_k", "multi_rlvr", "gdpo_v1"):
+    for name in ("vpo", "vpo_single", "maxrl", "max_at_k", "multi_rlvr", "gdpo_v1", "poly_epo", "grpo_div"):
         assert core_algos.get_adv_estimator_fn(name) is ext.ESTIMATORS[name]
     assert get_trainer_cls("vpo_sync") is VPOTrainerSync
     assert ext.estimator_for_method("gdpo") == "gdpo_v1"
     assert ext.estimator_for_method("goal_cond") == "grpo"
 
 
-@pytest.mark.parametrize("estimator", ["vpo", "vpo_single", "maxrl", "max_at_k", "multi_rlvr", "gdpo_v1"])
+@pytest.mark.parametrize(
+    "estimator", ["vpo", "vpo_single", "maxrl", "max_at_k", "multi_rlvr", "gdpo_v1", "poly_epo", "grpo_div"]
+)
 def test_legacy_compute_advantage_matches_engine(verl_config, estimator):
     """veRL's own compute_advantage dispatching to the registered estimator."""
     from verl import DataProto
@@ -130,7 +143,7 @@ def test_legacy_compute_advantage_matches_engine(verl_config, estimator):
     import vpo.verl_ext.estimators as ext
 
     method = ext.ESTIMATOR_METHODS[estimator]
-    single = method in ("vpo_single", "gdpo")
+    single = method in ("vpo_single", "gdpo", "poly_epo", "grpo_div")
     uids, matrices, scores = _rollouts(single)
     width = max(RESPONSE_LENGTHS)
     rewards = torch.zeros(len(uids), width)
@@ -174,6 +187,8 @@ def test_estimator_without_staged_sub_scores_names_the_trainer(verl_config):
             ("multi_rlvr", "multi_rlvr"),
             ("gdpo_v1", "gdpo"),
             ("grpo", "grpo"),
+            ("poly_epo", "poly_epo"),
+            ("grpo_div", "grpo_div"),
         ]
     ],
 )
@@ -189,7 +204,7 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     config = verl_config.copy()
     with open_dict(config):
         config.algorithm.adv_estimator = estimator
-    single = method in ("vpo_single", "gdpo", "grpo")
+    single = method in ("vpo_single", "gdpo", "grpo", "poly_epo", "grpo_div")
     uids, matrices, scores = _rollouts(single)
     rm_scores = _rm_scores(scores, RESPONSE_LENGTHS)
     keys, rows = [], []

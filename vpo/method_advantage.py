@@ -32,7 +32,7 @@ def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
     return out
 
 
-SUPPLIED = ("rng", "weights", "response_lengths")  # given by the caller, never configured
+SUPPLIED = ("rng", "weights", "response_lengths", "strategy_keys", "correct")  # given by the caller, never configured
 
 
 def estimator_knobs(name: str) -> set[str]:
@@ -57,6 +57,8 @@ def advantage_for_method(
     settings: Mapping[str, Any] | None = None,
     rng: np.random.Generator | int | None = None,
     response_lengths: Sequence[int] | np.ndarray | None = None,
+    strategy_keys: Sequence[Any] | None = None,
+    correct: Sequence[bool] | None = None,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Advantages of one batch for a method of the method table.
 
@@ -66,6 +68,8 @@ def advantage_for_method(
     settings: the method's config settings; keys the estimator does not take are ignored, and
     `rng` / `weights` are never taken from settings (weights are drawn, not configured).
     response_lengths: (B,) response tokens per rollout, for estimators that whiten over tokens (gdpo).
+    strategy_keys, correct: (B,) each rollout's strategy key and whether it solved the problem (the reward's
+    `strategy` and `acc`), for keyed methods (poly_epo, grpo_div).
     Returns: advantages float64 (B,), diagnostics dict of floats.
     """
     meth = get_method(method)
@@ -85,6 +89,10 @@ def advantage_for_method(
             adv, diagnostics = fn(sub_scores, group_ids, **kwargs)
         else:
             adv = fn(_channels(sub_scores), group_ids, **kwargs)
+    elif meth.reward == "keyed":
+        if scores is None or strategy_keys is None:
+            raise ValueError(f"method {meth.name!r} needs scores and strategy_keys (the reward's `strategy`)")
+        adv, diagnostics = fn(scores, group_ids, strategy_keys=strategy_keys, correct=correct, **kwargs)
     else:
         if scores is None:
             raise ValueError(f"method {meth.name!r} needs scores (one scalar per rollout)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-REWARD_KINDS = ("scalar", "channels", "matrix", "sum", "weighted")
+REWARD_KINDS = ("scalar", "channels", "matrix", "sum", "weighted", "keyed")
 PROMPT_KINDS = ("single", "multi", "goal")
 UNSTYLED = ("#555555", "-", "o")  # a line's colour, line style and marker when no method gives them
 
@@ -50,6 +50,7 @@ class Method:
 #   matrix    the (m, k) matrix of the rollout's answers (m = 1 for vpo_single)
 #   sum       the task scalar summed over the rollout's m answers (Multi-RLVR)
 #   weighted  w . channels, w ~ Dir(1) fixed per training row
+#   keyed     the task scalar of the single answer and the rollout's strategy key (`Task.strategy_key`)
 # Looks: VPO is blue and GRPO vermillion, as in the paper; VPO (m=1) is VPO's lighter blue, dashed.
 _TABLE = (
     Method(
@@ -137,6 +138,28 @@ _TABLE = (
         lengths="goal",
         label="Random-weight GRPO",
         style=("#999999", ":", "*"),
+    ),
+    # set RL with the polychromic objective (Poly-EPO, vpo/set_rl.py) and the additive diversity bonus it is
+    # compared with; both read each rollout's strategy key beside its scalar
+    Method(
+        "poly_epo",
+        "set_rl",
+        False,
+        "keyed",
+        "single",
+        "Poly-EPO: set RL on mean reward x distinct strategies of n-subsets",
+        label="Poly-EPO",
+        style=("#882255", "-", "h"),
+    ),
+    Method(
+        "grpo_div",
+        "grpo_div",
+        False,
+        "keyed",
+        "single",
+        "GRPO+DIV: GRPO on reward + lambda x strategy novelty",
+        label="GRPO+DIV",
+        style=("#44AA99", "--", "p"),
     ),
 )
 

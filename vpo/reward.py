@@ -22,6 +22,8 @@ Returned keys (identical for every row of a task, whatever the mode):
                  zeros to the task's k
     acc          1.0 if some answer is solved (`Task.is_correct`), else 0.0
     num_answers  distinct parsed answers (0 = parse failure)
+    strategy     the rollout's strategy key (`Task.strategy_key`: equal keys, one approach), text; what set RL
+                 (Poly-EPO) and GRPO+DIV compare within a group
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from vpo.task import Task, resolve
+from vpo.task import Task, resolve, task_code
 
 
 def weighted_scalar(channels: Any, weights: Any) -> float:
@@ -95,4 +97,6 @@ def compute_score(
     result.update({name: float(v) for name, v in zip(task.objective_names, task.pad(matrix[best]))})
     result["acc"] = float(any(task.is_correct(row) for row in matrix))
     result["num_answers"] = float(num_answers)
+    with task_code(task, "reading a response's strategy", text):
+        result["strategy"] = str(task.strategy_key(text, dict(ground_truth), matrix))
     return result

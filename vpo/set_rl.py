@@ -31,10 +31,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.rollouts import group_codes, group_slots
+from vpo.task import DEGENERATE_STRATEGY as DEGENERATE_KEY  # a task's key for output that shows no strategy
 
 AGGREGATIONS = ("mean", "sum")  # code, paper
 HOMOGENEOUS_RULES = ("paper", "code")  # a set of one distinct key scores 0 (paper) or 1/n (code)
-DEGENERATE_KEY = "degenerate"  # a task's key for output that shows no strategy (empty, unparsable)
 
 
 @lru_cache(maxsize=64)

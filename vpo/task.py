@@ -26,7 +26,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from vpo.task_settings import settings_from  # noqa: F401 (tasks import it from here)
+
 Matrix = list[list[float]]
+DEGENERATE_STRATEGY = "degenerate"  # the strategy key of a rollout without an answer: counted as no strategy
 
 
 class Task:
@@ -168,6 +171,18 @@ class Task:
         callers run it inside `task_code`, which names what they were doing."""
         return [self._clean(self.score_answer(a, ground_truth)) for a in answers]
 
+    # ---- strategies (set RL, GRPO+DIV: vpo/set_rl.py) ---------------------------------------
+    def strategy_key(self, text: str, ground_truth: dict[str, Any], matrix: Matrix) -> str:
+        """A rollout's strategy: rollouts with equal keys took one approach; DEGENERATE_STRATEGY for one that
+        holds no answer. Default: its answers (`split_answers` of its len(matrix) rows), each in
+        `canonical_answer`'s form, sorted and joined (matrix: the rows `score_response` gave it)."""
+        answers = sorted({self.canonical_answer(a) for a in self.split_answers(str(text), len(matrix))} - {""})
+        return "\n".join(answers) if answers else DEGENERATE_STRATEGY
+
+    def canonical_answer(self, answer: str) -> str:
+        """An answer in the form two answers of one strategy share ("" when it holds none; default: stripped)."""
+        return str(answer).strip()
+
     # ---- evaluation candidates (docs/evaluation.md: the authors' `evaluate`, not the reward) ----
     def answer_slots(self, text: str, m: int) -> list[str]:
         """The m answer slots of a multi-answer response as the authors' evaluation reads them: in
@@ -229,36 +244,6 @@ def task_code(task: "Task", doing: str, text: Any = None, excerpt: int = 80, pas
             f"task {task.name!r} ({cls.__module__}.{cls.__qualname__}) raised "
             f"{type(err).__name__} while {doing}{shown}: {' '.join(str(err).split())[:200]}"
         ) from err
-
-
-SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
-    """A task's settings dataclass from a mapping; an unknown key, or a value not of its field's simple
-    type (int, float, str, bool, or one of them or None; `true` is not an int), is an error naming it."""
-    if values is not None and not isinstance(values, Mapping):
-        raise ValueError(
-            f"{task}: expected a mapping of setting names to values, got {values!r} ({type(values).__name__})"
-        )
-    values = dict(values or {})
-    fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise ValueError(f"{task}: unknown setting(s) {unknown}; known: {sorted(fields)}")
-    for name, value in values.items():
-        allowed = [part.strip() for part in fields[name].split("|")]
-        kinds = [SIMPLE_TYPES.get(part) for part in allowed if part != "None"]
-        if None in kinds or (value is None and "None" in allowed):  # a richer type: the task checks it
-            continue
-        if (isinstance(value, bool) and "bool" not in allowed) or not any(isinstance(value, k) for k in kinds):
-            raise ValueError(f"{task}: setting {name} is {value!r} ({type(value).__name__}); expected {fields[name]}")
-    for name in ("train_size", "test_size"):  # a count of rows: 0 wrote an empty split, -1 dropped the last row
-        if isinstance(values.get(name), int) and values[name] < 1:
-            raise ValueError(
-                f"{task}: setting {name} must be at least 1 (leave it unset for every row), got {values[name]}"
-            )
-    return cls(**values)
 
 
 def as_random(rng: Any) -> random.Random:

@@ -204,6 +204,11 @@ class EureqaTask(ResponseSlotTask):
     def parses(self, text: str) -> bool:
         return any(parse_entities(str(text)))
 
+    def canonical_answer(self, answer: str) -> str:
+        """The chain: its five entities normalised as scored, joined by |; "" without any."""
+        entities = parse_entities(str(answer))
+        return "|".join(normalize_entity(e) for e in entities) if any(entities) else ""
+
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random, settings_from
+from vpo.task import DEGENERATE_STRATEGY, Task, as_random, settings_from
 from vpo_tasks.lcb_deepcoder import deepcoder_records
 from vpo_tasks.lcb_sources import (
     SOURCES,
@@ -237,6 +237,13 @@ class LcbTask(Task):
 
     def split_answers(self, text: str, m: int) -> list[str]:
         return self.distinct_codes(str(text), m)
+
+    def strategy_key(self, text: str, ground_truth: dict[str, Any], matrix: list[list[float]]) -> str:
+        """The pattern of tests each program passes (1 passed, 0 failed): programs that fail alike are one
+        strategy; a response without a program is degenerate."""
+        if not self.split_answers(str(text), len(matrix)):
+            return DEGENERATE_STRATEGY
+        return "\n".join(sorted({"".join("1" if v >= 1.0 else "0" for v in row) for row in matrix}))
 
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_programs([extract_code(str(answer))], ground_truth)[0]

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 
 from vpo.atomic import write_parquet_atomic
-from vpo.task import Task, as_random, settings_from
+from vpo.task import DEGENERATE_STRATEGY, Task, as_random, settings_from
 from vpo_tasks.maze_generator import MIN_SIZE, SIZE, center, corners, generate_mazes
 
 MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
@@ -65,21 +65,23 @@ def parse_grid(grid_text: str) -> list[list[str]]:
 def simulate(grid: list[list[str]], start: Cell, end: Cell, max_steps: int, moves: Sequence[str]) -> dict[str, Any]:
     """Walk the first max_steps moves. Blocked moves (walls, border) stay put but still count.
 
-    Returns reached (entered E), and the distinct G, D, L tiles and whether B was visited before E.
+    Returns reached (entered E), the distinct G, D, L tiles and whether B was visited before E, and `path`:
+    the cells entered, in order (a blocked move enters none).
     """
-    pos = start
+    pos, path = start, [start]
     seen: dict[str, set[Cell]] = {"G": set(), "D": set(), "L": set(), "B": set()}
     for move in list(moves)[: max(0, max_steps)]:
         dr, dc = MOVES[move]
         r, c = pos[0] + dr, pos[1] + dc
         if 0 <= r < len(grid) and 0 <= c < len(grid[r]) and grid[r][c] != "#":
             pos = (r, c)
+            path.append(pos)
         if pos == end:
-            return {"reached": True, **{t: len(cells) for t, cells in seen.items()}}
+            return {"reached": True, **{t: len(cells) for t, cells in seen.items()}, "path": path}
         tile = grid[pos[0]][pos[1]]
         if tile in seen:
             seen[tile].add(pos)
-    return {"reached": False, **{t: len(cells) for t, cells in seen.items()}}
+    return {"reached": False, **{t: len(cells) for t, cells in seen.items()}, "path": path}
 
 
 def score_moves(moves: Sequence[str], ground_truth: dict[str, Any]) -> list[float]:
@@ -268,6 +270,17 @@ class MazeTask(Task):
 
     def parses(self, text: str) -> bool:
         return bool(parse_moves(str(text)))
+
+    def strategy_key(self, text: str, ground_truth: dict[str, Any], matrix: list[list[float]]) -> str:
+        """The route walked: the cells each answer enters, in order, up to the exit or the step limit (moves
+        into walls enter nothing, so two answers that bump differently but walk alike are one strategy)."""
+        grid, limit = parse_grid(ground_truth["grid_text"]), int(ground_truth["max_steps"])
+        start, end = (tuple(int(x) for x in ground_truth[key]) for key in ("start", "end"))
+        walks = {
+            " ".join(f"{r},{c}" for r, c in simulate(grid, start, end, limit, parse_moves(answer))["path"])
+            for answer in self.split_answers(str(text), len(matrix))
+        }
+        return "\n".join(sorted(walks)) if walks else DEGENERATE_STRATEGY
 
     def answer_slots(self, text: str, m: int) -> list[str]:
         return route_slots(str(text), m)

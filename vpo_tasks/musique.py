@@ -229,6 +229,10 @@ class MusiqueTask(ResponseSlotTask):
     def parses(self, text: str) -> bool:
         return bool((first_block(str(text), "<answer>", "</answer>") or "").strip())
 
+    def canonical_answer(self, answer: str) -> str:
+        """The normalised text of its <answer> block (the form the F1 compares)."""
+        return normalize(first_block(str(answer), "<answer>", "</answer>") or "")
+
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
 

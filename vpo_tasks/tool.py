@@ -307,6 +307,13 @@ class ToolTask(ResponseSlotTask):
     def parses(self, text: str) -> bool:
         return first_block(str(text), "<think>", "</think>") is not None
 
+    def canonical_answer(self, answer: str) -> str:
+        """Its tool calls (names and parameters, in order, as sorted-key JSON), else its normalised response."""
+        parsed = parse_response(str(answer))
+        if parsed["calls"]:
+            return json.dumps(parsed["calls"], sort_keys=True, default=str)
+        return normalize(parsed["response"])
+
     def score_answer(self, answer: str, ground_truth: dict[str, Any]) -> list[float]:
         return score_answer(str(answer), ground_truth)
 

@@ -139,6 +139,8 @@ class Learner:
             settings=self.method_settings,
             rng=self.rng,
             response_lengths=mask.sum(1).numpy(),
+            strategy_keys=[r["strategy"] for r in results],
+            correct=[r["acc"] > 0 for r in results],
         )
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
         with torch.no_grad():

@@ -169,6 +169,9 @@ class EstimatorGRPOTrainer(GRPOTrainer):
             settings=self.method_settings,
             rng=self.estimator_rng,
             response_lengths=lengths,
+            # a scorer of the user's own may give no strategy key: then a keyed method stops, naming it
+            strategy_keys=[r["strategy"] for r in results] if all("strategy" in r for r in results) else None,
+            correct=[float(r.get("acc", 0.0)) > 0 for r in results],
         )
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
         output["advantages"] = torch.as_tensor(

@@ -39,6 +39,8 @@ ESTIMATOR_METHODS: dict[str, str] = {
     "max_at_k": "max_at_k",
     "multi_rlvr": "multi_rlvr",
     "gdpo_v1": "gdpo",
+    "poly_epo": "poly_epo",
+    "grpo_div": "grpo_div",
 }
 
 
@@ -145,10 +147,11 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
     else:
         scores = (token_level_rewards * response_mask).sum(dim=-1).detach().cpu().double().numpy()
     sub_scores = rollouts.sub_scores if rollouts is not None else None
-    if sub_scores is None and method in ("vpo", "vpo_single", "gdpo"):
+    keyed = method in ("poly_epo", "grpo_div")  # they read each rollout's strategy key and verdict too
+    if rollouts is None and (keyed or method in ("vpo", "vpo_single", "gdpo")):
         raise RuntimeError(
-            f"estimator for {method!r} needs each rollout's sub_scores, but none were staged; "
-            f"run veRL with trainer.v1.trainer_mode={TRAINER_MODE} (the vpo.verl_ext trainer)"
+            f"estimator for {method!r} needs each rollout's reward extras (sub_scores, strategy), but none were "
+            f"staged; run veRL with trainer.v1.trainer_mode={TRAINER_MODE} (the vpo.verl_ext trainer)"
         )
     settings, seed = method_settings_from_config(config)
     step = rollouts.step if rollouts is not None else 0
@@ -163,6 +166,8 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
         settings=settings,
         rng=rng,
         response_lengths=lengths,
+        strategy_keys=[info.get("strategy") for info in rollouts.extras] if keyed else None,
+        correct=[float(info.get("acc", 0.0)) > 0 for info in rollouts.extras] if keyed else None,
     )
     if rollouts is not None:
         rollouts.diagnostics.update({k: float(v) for k, v in diagnostics.items() if np.isscalar(v)})
