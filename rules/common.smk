@@ -142,6 +142,11 @@ def diversity_methods():
     return [m for m in CFG["report"]["diversity_methods"] if m in METHODS]
 
 
+def strategy_methods():
+    """The methods of figures/strategies_over_training.pdf that are in the grid (none: not drawn)."""
+    return [m for m in CFG["report"].get("strategy_methods", []) if m in METHODS]
+
+
 # ---- scheduler resources ---------------------------------------------------------------------
 def res(rule_family, key):
     return CFG["resources"][rule_family][key]
@@ -247,6 +252,8 @@ def figure_outputs():
         figures += [f"{FIGURES}/appendix_pass_at_k.pdf", f"{FIGURES}/appendix_best_at_k.pdf"]
     if diversity_methods():
         figures.append(f"{FIGURES}/diversity_over_training.pdf")
+    if strategy_methods():
+        figures.append(f"{FIGURES}/strategies_over_training.pdf")
     return figures + [f"{FIGURES}/mechanism_bandit.pdf", f"{FIGURES}/mechanism_advantage.pdf"]  # seconds, no model
 
 

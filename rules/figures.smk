@@ -60,6 +60,17 @@ rule figure_diversity_over_training:
     shell: plot_command("diversity_over_training")
 
 
+rule figure_strategies_over_training:
+    input: training=f"{RESULTS}/aggregate/training_curves.csv"
+    output: **figure_files("strategies_over_training", "main results")
+    params: methods=",".join(strategy_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
+    log: f"{LOGS}/report/figure_strategies_over_training.log"
+    threads: res("report", "threads")
+    resources: **job_resources("report")
+    conda: "../envs/plot.yaml"
+    shell: plot_command("strategies_over_training")
+
+
 rule figure_mechanism_bandit:
     input: bandit=f"{RESULTS}/mechanism/bandit.csv"
     output: **figure_files("mechanism_bandit", "mechanism")

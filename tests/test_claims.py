@@ -262,3 +262,38 @@ def test_a_truncated_per_problem_file_is_named(tmp_path):
     path.write_text(path.read_text()[:-30])  # cut inside the last row
     with pytest.raises(ValueError, match=r"per_problem\.csv: 1 rows have no finite value"):
         run(claims_args(tmp_path))
+
+
+def test_a_claims_file_names_its_reference_the_methods_it_compares_and_a_training_column(tmp_path, capsys):
+    """A preset's own claims (the peers preset's file): about another method than VPO, against some methods
+    only, and a training curve other than pool diversity; a method it names that was not run fails it."""
+    from vpo.report.claims import load_claims
+
+    frame = run_of(0.3)  # vpo is the most diverse; grpo and max_at_k alike
+    write_run(tmp_path / "aggregate", frame)
+    curves = pd.read_csv(tmp_path / "aggregate/training_curves.csv")
+    curves["strategies_per_group"] = curves.step / 10  # rises on both seeds
+    curves.to_csv(tmp_path / "aggregate/training_curves.csv", index=False)
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(
+        "claims:\n"
+        "  - {text: 'VPO pools beat GRPO pools', metric: diversity, k: null, side: above, against: [grpo]}\n"
+        "  - {text: 'GRPO is below VPO', metric: diversity, k: null, side: below, reference: grpo, against: [vpo]}\n"
+        "training:\n"
+        "  - {method: grpo, way: rises, column: strategies_per_group}\n"
+    )
+    parsed, training = load_claims(claims)
+    assert parsed[1].reference == "grpo" and parsed[1].against == ("vpo",) and training[0][2] == "strategies_per_group"
+    args = type("Args", (), {"results": str(tmp_path), "reference": "vpo", "reps": 300, "claims": str(claims)})
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "maze vs grpo: P(vpo > grpo)" in out and "maze vs max_at_k" not in out
+    assert "maze vs vpo: P(grpo > vpo)" in out and "holds: grpo's strategies per group rises during training" in out
+    claims.write_text(
+        "claims:\n  - {text: 'VPO beats Poly-EPO', metric: diversity, side: above, against: [poly_epo]}\n"
+    )
+    assert run(args) == 1
+    assert "maze vs poly_epo: cannot be checked: poly_epo was not evaluated on maze" in capsys.readouterr().out
+    claims.write_text("claims:\n  - {text: 'no side', metric: diversity}\n")
+    with pytest.raises(ValueError, match="is not a claims file .KeyError"):
+        run(args)

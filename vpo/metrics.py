@@ -194,3 +194,18 @@ def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) ->
         if mat.size:
             pools[code].append(mat)
     return float(np.mean([diversity(np.concatenate(p)) if p else 0.0 for p in pools]))
+
+
+def group_strategies(keys: Sequence[Any], group_ids: Sequence[Any], degenerate: str = "degenerate") -> float:
+    """Training metric: mean over prompt groups of the distinct strategy keys among the group's rollouts
+    (`Task.strategy_key`; the degenerate key, a rollout without an answer, is none).
+
+    keys: (B,);  group_ids: (B,).  Returns 0 for an empty batch."""
+    if len(keys) != len(group_ids):
+        raise ValueError(f"keys has {len(keys)} entries but group_ids has {len(group_ids)}")
+    codes, n_groups = group_codes(group_ids)
+    found: list[set] = [set() for _ in range(n_groups)]
+    for code, key in zip(codes, keys):
+        if key is not None and key != degenerate:
+            found[code].add(key)
+    return float(np.mean([len(s) for s in found])) if n_groups else 0.0

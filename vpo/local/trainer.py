@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vpo.local import checkpoint as ckpt
-from vpo.metrics import group_pool_diversity
+from vpo.metrics import group_pool_diversity, group_strategies
 from vpo.settings import LocalTrainerSettings
 from vpo.progress import Progress
 
@@ -153,6 +153,7 @@ class Learner:
             **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in self.task.objective_names},
             "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
             "pool_diversity": group_pool_diversity(subs, group_ids),
+            "strategies_per_group": group_strategies([r["strategy"] for r in results], group_ids),
             "advantage/max": float(np.max(advantages)),
             "advantage/min": float(np.min(advantages)),
             "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),

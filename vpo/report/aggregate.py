@@ -14,8 +14,9 @@ is the sample standard deviation (ddof=1) over training seeds divided by sqrt(n)
 is empty (NaN), never zero.
 
 Training (`vpo aggregate training`): each cell's `metrics.jsonl`, next to its `train.json`
-marker, becomes rows `task, method, seed, step, pool_diversity, advantage_draw_std` of one CSV (the
-second empty for methods that draw no weights: `vpo/advantage_draw_std`, docs/metrics.md). Both line formats are
+marker, becomes rows `task, method, seed, step, pool_diversity, advantage_draw_std, strategies_per_group` of
+one CSV (the second empty for methods that draw no weights: `vpo/advantage_draw_std`, docs/metrics.md; the
+third empty where the backend does not log it: veRL). Both line formats are
 read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veRL's file logger's
 `{"step": 3, "data": {"...pool_diversity": 0.4, ...}}`.
 
@@ -49,7 +50,8 @@ SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
 REQUIRED_KEYS = ("task", "method", "train_seed", "eval_seed", "budget") + CURVE_METRICS + SCALAR_METRICS
 DIVERSITY_KEY = "pool_diversity"
 SPREAD_KEY = "vpo/advantage_draw_std"  # logged by VPO's estimators only
-TRAINING_COLUMNS = ["task", "method", "seed", "step", "pool_diversity", "advantage_draw_std"]
+STRATEGIES_KEY = "strategies_per_group"  # distinct strategy keys per group (local and TRL backends)
+TRAINING_COLUMNS = ["task", "method", "seed", "step", "pool_diversity", "advantage_draw_std", STRATEGIES_KEY]
 
 
 # ---- evaluation results -----------------------------------------------------------------------
@@ -220,22 +222,24 @@ def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int], hv_ref
 
 
 # ---- training curves --------------------------------------------------------------------------
-def parse_metrics_line(record: dict) -> tuple[int, float, float] | None:
-    """(step, pool diversity, advantage draw spread or NaN) of one metrics.jsonl object in either
-    format; None if the diversity is not logged."""
+def parse_metrics_line(record: dict) -> tuple[int, float, float, float] | None:
+    """(step, pool diversity, advantage draw spread or NaN, strategies per group or NaN) of one metrics.jsonl
+    object in either format; None if the diversity is not logged."""
     metrics = record.get("data") if isinstance(record.get("data"), dict) else record
     if "step" not in record:
         return None
-    spread = metrics.get(SPREAD_KEY)
+    spread, strategies = (metrics.get(key) for key in (SPREAD_KEY, STRATEGIES_KEY))
     spread = float(spread) if spread is not None else float("nan")
+    strategies = float(strategies) if strategies is not None else float("nan")
     for key, value in metrics.items():
         if (key == DIVERSITY_KEY or key.endswith("/" + DIVERSITY_KEY)) and value is not None:
-            return int(record["step"]), float(value), spread
+            return int(record["step"]), float(value), spread, strategies
     return None
 
 
-def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float, float]]:
-    """All (step, pool_diversity, advantage_draw_std) of a metrics.jsonl; a cut-off last line is ignored."""
+def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float, float, float]]:
+    """All (step, pool_diversity, advantage_draw_std, strategies_per_group) of a metrics.jsonl; a cut-off last
+    line is ignored."""
     lines = Path(path).read_text().splitlines()
     points = []
     for number, line in enumerate(lines, start=1):

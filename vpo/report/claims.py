@@ -32,6 +32,8 @@ class Claim:
     metric: str  # a per_problem.csv metric, or "gain": best@budget minus best@1 of the same seed and problem
     k: int | None  # k of best_at_k / pass_at_k (None for pool metrics and for the gain)
     side: str  # "above": VPO beats every other method; "below": every other method beats VPO
+    reference: str | None = None  # the method the claim is about (None: `--reference`, default vpo)
+    against: tuple[str, ...] = ()  # the methods it is compared with (empty: every other method evaluated)
 
 
 CLAIMS = (
@@ -49,15 +51,40 @@ REPS = 2000  # bootstrap resamples per comparison (vpo intervals' default)
 # steps to the mean of its last LAST_STEPS: the mean change over training seeds, whose one-sided 95% t
 # bound (n - 1 degrees of freedom) must stay below (above) 0. VPO's rise held on every seed of one 5-seed
 # run, by 0.02 on one seed: not claimed.
-TRAINING_CLAIMS = (("grpo", "falls"),)
+TRAINING_CLAIMS = (("grpo", "falls"),)  # (method, falls | rises[, training_curves.csv column])
 FIRST_STEPS, LAST_STEPS = 5, 10
 
 
-def training_trend(training: pd.DataFrame, method: str) -> pd.DataFrame:
-    """Per task and seed of `method`: pool diversity at the start and at the end of training."""
+def load_claims(path: str | Path) -> tuple[tuple[Claim, ...], tuple[tuple, ...]]:
+    """(claims, training claims) of a claims file: `claims:` entries with text, metric, k, side and optionally
+    reference and against; `training:` entries with method, way and optionally column. Errors name the file."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        claims = tuple(
+            Claim(c["text"], c["metric"], c.get("k"), c["side"], c.get("reference"), tuple(c.get("against") or ()))
+            for c in data.get("claims") or []
+        )
+        training = tuple((t["method"], t["way"], t.get("column", "pool_diversity")) for t in data.get("training") or [])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(
+            f"{path} is not a claims file ({type(err).__name__}: {err}); see vpo/report/claims.py"
+        ) from err
+    bad = [c.side for c in claims if c.side not in ("above", "below")] + [t[1] for t in training if t[1] not in WAYS]
+    if bad or not (claims or training):
+        raise ValueError(f"{path}: sides must be above or below, ways falls or rises ({bad}), and claims not empty")
+    return claims, training
+
+
+WAYS = ("falls", "rises")
+
+
+def training_trend(training: pd.DataFrame, method: str, column: str = "pool_diversity") -> pd.DataFrame:
+    """Per task and seed of `method`: a training curve's column at the start and at the end of training."""
     rows = []
     for (task, seed), curve in training[training.method == method].groupby(["task", "seed"], sort=True):
-        curve = curve.sort_values("step").pool_diversity
+        curve = curve.sort_values("step")[column]
         rows.append(
             {"task": task, "seed": seed, "start": curve.head(FIRST_STEPS).mean(), "end": curve.tail(LAST_STEPS).mean()}
         )
@@ -92,8 +119,10 @@ def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int 
         methods = list(dict.fromkeys(per_problem[per_problem.task == task].method))
         if reference not in methods:
             raise ValueError(f"per_problem.csv has no {reference!r} rows for task {task!r}: the claims compare it")
-        others = [m for m in methods if m != reference]
-        if not others:
+        others = [m for m in methods if m != reference and (not claim.against or m in claim.against)]
+        for absent in (m for m in claim.against if m not in methods):
+            rows.append(unchecked(task, absent, f"{absent} was not evaluated on {task}"))
+        if not others and not claim.against:
             rows.append(unchecked(task, "-", f"only {reference} was evaluated on {task}: nothing to compare it with"))
         mine = claim_matrix(per_problem, task, reference, claim)
         for other in others:
@@ -168,6 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reps", type=int, default=REPS, help=f"bootstrap resamples per comparison (at least {MIN_REPS})"
     )
+    parser.add_argument("--claims", default=None, help="a claims file (YAML; default: README's claims on the cpu run)")
 
 
 MIN_REPS = 100  # fewer gives intervals of a few distinct replicates (1: zero width), which decide nothing
@@ -197,16 +227,18 @@ def read_per_problem(path: Path) -> pd.DataFrame:
     return frame
 
 
-def training_claims(training: pd.DataFrame | None, path: Path) -> list[tuple[bool, str]]:
+def training_claims(training: pd.DataFrame | None, path: Path, claims=TRAINING_CLAIMS) -> list[tuple[bool, str]]:
     """(holds, text) of each training claim; one that cannot be checked (no curves, no runs of its method,
     one seed) fails and says why."""
     results = []
-    for method, way in TRAINING_CLAIMS:
-        head = f"{method}'s batch pool diversity {way} during training"
+    for method, way, *rest in claims:
+        column = rest[0] if rest else "pool_diversity"
+        what = "batch pool diversity" if column == "pool_diversity" else column.replace("_", " ")
+        head = f"{method}'s {what} {way} during training"
         if training is None:
             results.append((False, f"{head}: cannot be checked, {path} is missing (run `vpo aggregate` first)"))
             continue
-        trend = training_trend(training, method)
+        trend = training_trend(training, method, column) if column in training else training.iloc[:0]
         if len(trend) < 2:
             results.append((False, f"{head}: cannot be checked, {path} holds {len(trend)} {method} runs (needs 2)"))
             continue
@@ -239,9 +271,11 @@ def run(args: argparse.Namespace) -> int:
     training = read_csv_table(curves) if curves.is_file() else None
     per_problem = read_per_problem(needed[1])
     print(numbers(read_csv_table(needed[0]), evolve, training))
+    claims, trends = load_claims(args.claims) if getattr(args, "claims", None) else (CLAIMS, TRAINING_CLAIMS)
     outcomes = []
-    for claim in CLAIMS:
-        result = check(per_problem, claim, args.reference, reps=args.reps)
+    for claim in claims:
+        reference = claim.reference or args.reference
+        result = check(per_problem, claim, reference, reps=args.reps)
         ok = bool(len(result)) and bool(result.holds.all())
         outcomes.append(ok)
         print(f"{'holds' if ok else 'FAILS'}: {claim.text}")
@@ -250,10 +284,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"    {row.task} vs {row.other}: cannot be checked: {row.reason}  <- fails")
                 continue
             print(
-                f"    {row.task} vs {row.other}: P({args.reference} > {row.other}) {row.probability:.3f} "
+                f"    {row.task} vs {row.other}: P({reference} > {row.other}) {row.probability:.3f} "
                 f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}"
             )
-    for ok, text in training_claims(training, curves):
+    for ok, text in training_claims(training, curves, trends):
         outcomes.append(ok)
         print(f"{'holds' if ok else 'FAILS'}: {text}")
     print(f"{sum(outcomes)} of {len(outcomes)} claims hold", file=sys.stderr)

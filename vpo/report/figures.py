@@ -122,26 +122,34 @@ def diversity_over_training(
 ):
     """Paper Fig. 4: pool diversity against training step, one panel per task, mean and band over seeds
     (training: aggregate's training_curves.csv)."""
+    return training_figure(training, "pool_diversity", methods, tasks, out, "Pool diversity over training", scale)
+
+
+def strategies_over_training(
+    *, training: pd.DataFrame, methods: list[str], tasks: list[str], out, scale: str | None = None
+):
+    """Distinct strategies (`Task.strategy_key`) among each group's rollouts against training step: the
+    diversity set RL rewards across rollouts, beside VPO's, whose key holds a rollout's m answers."""
+    title = "Distinct strategies per group over training"
+    return training_figure(training, "strategies_per_group", methods, tasks, out, title, scale)
+
+
+def training_figure(training: pd.DataFrame, column: str, methods, tasks, out, title: str, scale: str | None):
+    """One training-curve column against step, one panel per task, mean and band over seeds."""
     fig, axes = panel_grid(len(tasks))
     n_seeds = set()
     for ax, task in zip(axes, tasks):
-        n_seeds |= draw_training_panel(ax, training, "pool_diversity", methods, task)
+        n_seeds |= draw_training_panel(ax, training, column, methods, task)
         ax.set_title(task_label(task))
     note = seed_note(n_seeds, per_seed_lines=True) or finish_default_note(n_seeds)
-    finish(
-        fig,
-        axes,
-        out,
-        title="Pool diversity over training",
-        n_seeds=n_seeds,
-        scale=scale,
-        note=f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step",
-    )
+    note = f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step"
+    finish(fig, axes, out, title=title, n_seeds=n_seeds, scale=scale, note=note)
     return fig
 
 
 TRAINING_LABELS = {
     "pool_diversity": "pool diversity (pairwise L1)",
+    "strategies_per_group": "distinct strategies per group",
     "advantage_draw_std": "advantage std over weight draws",
 }
 
@@ -343,6 +351,9 @@ FIGURES: dict[str, Figure] = {
     "best_at_k": Figure(best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
     "appendix_pass_at_k": Figure(appendix_pass_at_k, CURVES.tables, CURVES.options, CURVES.optional),
     "appendix_best_at_k": Figure(appendix_best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
+    "strategies_over_training": Figure(
+        strategies_over_training, ("training",), ("methods", "tasks", "variants", "scale")
+    ),
     "diversity_over_training": Figure(
         diversity_over_training, ("training",), ("methods", "tasks", "variants", "scale")
     ),

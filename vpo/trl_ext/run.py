@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vpo.metrics import group_strategies
+
 log = logging.getLogger("vpo.trl_ext.run")
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 RECORD = "record.json"  # the run's provenance, written into a TRL checkpoint once it is complete
@@ -110,6 +112,10 @@ def step_record(batch: dict, logs: list[dict], *, step: int, objectives, setting
         **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in objectives},
         "acc": float(np.mean([r["acc"] for r in results])),
         "pool_diversity": batch["pool_diversity"],
+        # TRL's sampler repeats each prompt rollouts_per_prompt times in a row
+        "strategies_per_group": group_strategies(
+            [r.get("strategy") for r in results], np.arange(len(results)) // settings.rollouts_per_prompt
+        ),
         "advantage/max": float(np.max(batch["advantages"])),
         "advantage/min": float(np.min(batch["advantages"])),
         "advantage/zero_frac": float(np.mean(np.abs(batch["advantages"]) < 1e-12)),
