@@ -123,6 +123,34 @@ def test_diversity_figure_from_both_log_formats(tmp_path):
     assert "cpu preset: tiny model" in fig._suptitle.get_text()
 
 
+def test_the_strategies_figure_reads_the_strategies_column_and_a_run_without_it_is_named(tmp_path):
+    from vpo.report.figures import strategies_over_training
+
+    markers = []
+    for seed in (0, 1):
+        for method in ("grpo", "poly_epo"):
+            cell = tmp_path / "maze" / method / f"seed{seed}"
+            cell.mkdir(parents=True)
+            (cell / "train.json").write_text(json.dumps({"task": "maze", "method": method, "seed": seed}))
+            rows = [
+                {"step": step, "pool_diversity": 0.5, "strategies_per_group": (2 if method == "grpo" else 4) + seed}
+                for step in range(1, 5)
+            ]
+            (cell / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            markers.append(cell / "train.json")
+    training = aggregate_training(markers)
+    out = tmp_path / "strategies_over_training.pdf"
+    fig = strategies_over_training(training=training, methods=["grpo", "poly_epo"], tasks=["maze"], out=out)
+    ax = fig.axes[0]
+    assert out.exists() and ax.get_ylabel() == "distinct strategies per group"
+    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([2.5] * 4)  # GRPO's per-step mean of 2 and 3
+    assert list(ax.get_lines()[4].get_ydata()) == pytest.approx([4.5] * 4)
+    assert "Distinct strategies per group" in fig._suptitle.get_text()
+    training["strategies_per_group"] = float("nan")  # a veRL run logs none
+    with pytest.raises(ValueError, match="no training curve of strategies_per_group for task=maze method=grpo"):
+        strategies_over_training(training=training, methods=["grpo"], tasks=["maze"], out=out)
+
+
 def test_main_table_formats_mean_and_stderr_and_bolds_the_best(tmp_path):
     summary = summary_for(tmp_path, [0, 1, 2])
     table = main_table(summary, METHODS, TASKS, best_at=6)
