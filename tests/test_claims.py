@@ -297,3 +297,18 @@ def test_a_claims_file_names_its_reference_the_methods_it_compares_and_a_trainin
     claims.write_text("claims:\n  - {text: 'no side', metric: diversity}\n")
     with pytest.raises(ValueError, match="is not a claims file .KeyError"):
         run(args)
+
+
+def test_the_peers_claims_file_reads_and_names_the_peers_methods():
+    from pathlib import Path
+
+    import yaml
+
+    from vpo.report.claims import load_claims
+
+    repo = Path(__file__).resolve().parents[1]
+    methods = set(yaml.safe_load((repo / "config.yaml").read_text())["presets"]["peers"]["methods"])
+    claims, training = load_claims(repo / "docs" / "claims-peers.yaml")
+    named = {c.reference or "vpo" for c in claims} | {m for c in claims for m in c.against} | {t[0] for t in training}
+    assert claims and training and named <= methods
+    assert {t[2] for t in training} == {"strategies_per_group"}
