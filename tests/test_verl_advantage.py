@@ -245,6 +245,8 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
         atol = 0 if estimator != "grpo" else 1e-6
         np.testing.assert_allclose(row.numpy(), np.full(length, expected[i], np.float32), rtol=0, atol=atol)
     assert metrics["vpo/pool_diversity"] >= 0.0
+    per_group = [len({_strategy(m) for u, m in zip(uids, matrices) if u == uid}) for uid in GROUPS]
+    assert metrics["vpo/strategies_per_group"] == np.mean(per_group)  # the reward's strategy keys, per group
     assert set(f"vpo/reward/c{j}" for j in range(4)) <= set(metrics)
     tq.kv_clear(keys=keys, partition_id="train")
 

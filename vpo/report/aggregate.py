@@ -16,7 +16,7 @@ is empty (NaN), never zero.
 Training (`vpo aggregate training`): each cell's `metrics.jsonl`, next to its `train.json`
 marker, becomes rows `task, method, seed, step, pool_diversity, advantage_draw_std, strategies_per_group` of
 one CSV (the second empty for methods that draw no weights: `vpo/advantage_draw_std`, docs/metrics.md; the
-third empty where the backend does not log it: veRL). Both line formats are
+third empty for runs made before the reward returned strategy keys). Both line formats are
 read: the local trainer's flat `{"step": 3, "pool_diversity": 0.4, ...}` and veRL's file logger's
 `{"step": 3, "data": {"...pool_diversity": 0.4, ...}}`.
 
@@ -50,7 +50,7 @@ SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
 REQUIRED_KEYS = ("task", "method", "train_seed", "eval_seed", "budget") + CURVE_METRICS + SCALAR_METRICS
 DIVERSITY_KEY = "pool_diversity"
 SPREAD_KEY = "vpo/advantage_draw_std"  # logged by VPO's estimators only
-STRATEGIES_KEY = "strategies_per_group"  # distinct strategy keys per group (local and TRL backends)
+STRATEGIES_KEY = "strategies_per_group"  # distinct strategy keys per group (docs/metrics.md)
 TRAINING_COLUMNS = ["task", "method", "seed", "step", "pool_diversity", "advantage_draw_std", STRATEGIES_KEY]
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vpo.metrics import group_pool_diversity
+from vpo.metrics import group_pool_diversity, group_strategies
 from vpo.rollouts import BOOKKEEPING_KEYS, as_matrix
 
 from vpo.verl_ext import TRAINER_MODE
@@ -210,6 +210,9 @@ def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, 
     `convert_metrics` renames them to the local trainer's keys (docs/metrics.md)."""
     metrics: dict[str, float] = {}
     metrics["vpo/pool_diversity"] = group_pool_diversity(rollouts.sub_scores, [str(uid) for uid in group_ids])
+    keys = [info.get("strategy") for info in rollouts.extras]
+    if keys and all(isinstance(key, str) for key in keys):  # the reward's strategy keys (vpo.reward)
+        metrics["vpo/strategies_per_group"] = group_strategies(keys, [str(uid) for uid in group_ids])
     channels: dict[str, list[float]] = {}
     for info in rollouts.extras:
         for key, value in info.items():

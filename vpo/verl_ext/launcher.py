@@ -62,6 +62,8 @@ def convert_metrics(out_dir) -> int:
             "entropy": data.get("actor/entropy"),
             "wall_time_s": wall,
         }
+        if "vpo/strategies_per_group" in data:
+            row["strategies_per_group"] = data["vpo/strategies_per_group"]
         for key, value in data.items():
             if key.startswith("vpo/reward/"):
                 row["reward/" + key[len("vpo/reward/") :]] = value
