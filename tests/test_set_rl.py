@@ -198,3 +198,79 @@ def test_bad_settings_are_named(settings, words):
 
 def test_key_codes_share_codes_and_mark_the_degenerate_key():
     assert key_codes(["a", "b", "a", "degenerate", None, "c"]).tolist() == [0, 1, 0, -1, -1, 2]
+
+
+def test_sets_of_one_are_grpo_without_std_under_the_codes_rule():
+    """n = 1: each set is one rollout with d = 1 (code rule), so A(y) = r(y) - mean r; the paper's rule scores
+    every single-strategy set 0, so nothing moves."""
+    rewards = np.array([0.9, 0.1, 0.5, 0.2])
+    code, _ = set_rl_advantage(rewards, [0] * 4, strategy_keys=list("abab"), set_size=1, homogeneous="code")
+    np.testing.assert_allclose(code, rewards - rewards.mean(), atol=1e-12)
+    paper, d = set_rl_advantage(rewards, [0] * 4, strategy_keys=list("abab"), set_size=1)
+    np.testing.assert_allclose(paper, 0.0)
+    assert d["set_rl/set_diversity"] == 0.0
+
+
+def test_a_seed_gives_the_same_sampled_sets_and_one_set_is_allowed():
+    rewards, keys = np.array([1, 0.5, 0, 1, 0.2, 0]), list("aabbcd")
+    first, _ = set_rl_advantage(rewards, [0] * 6, strategy_keys=keys, set_size=3, n_sets=4, rng=3)
+    again, _ = set_rl_advantage(rewards, [0] * 6, strategy_keys=keys, set_size=3, n_sets=4, rng=3)
+    other, _ = set_rl_advantage(rewards, [0] * 6, strategy_keys=keys, set_size=3, n_sets=4, rng=4)
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
+    one, _ = set_rl_advantage(rewards, [0] * 6, strategy_keys=keys, set_size=3, n_sets=1, rng=0)
+    np.testing.assert_allclose(one, 0.0)  # one set: its score is its own baseline
+
+
+def test_skipped_groups_leave_the_others_whole_and_out_of_the_diagnostics():
+    """Groups of 3 and 4 rollouts are at most n = 4 (skipped, counted), a group of 6 is computed as by brute
+    force; the mean d is over the computed group's sets only, under the rule given."""
+    keys = list("abc") + list("aabb") + list("abcabc")
+    rewards = np.array([1, 0, 1] + [1, 1, 0, 0] + [1, 0.5, 0, 0.2, 1, 0.3])
+    groups = [0] * 3 + [1] * 4 + [2] * 6
+    for rule in ("paper", "code"):
+        adv, d = set_rl_advantage(rewards, groups, strategy_keys=keys, set_size=4, homogeneous=rule)
+        np.testing.assert_allclose(adv[:7], 0.0)
+        np.testing.assert_allclose(adv[7:], brute_force(rewards[7:], keys[7:], 4, "mean", rule), atol=1e-12)
+        sets = list(itertools.combinations(range(6), 4))
+        distinct = [len({keys[7 + i] for i in s}) for s in sets]
+        assert d["set_rl/set_diversity"] == pytest.approx(np.mean(distinct) / 4)  # no single-strategy set here
+        assert d["set_rl/skipped_groups"] == 2.0
+    _, nothing = set_rl_advantage([1, 0], [0, 0], strategy_keys=list("ab"), set_size=4)
+    assert nothing["set_rl/set_diversity"] == 0.0 and nothing["set_rl/skipped_groups"] == 1.0
+
+
+def test_the_homogeneous_rule_moves_the_mean_diversity():
+    _, paper = set_rl_advantage([1, 1, 0, 0], [0] * 4, strategy_keys=list("AAAB"), set_size=2)
+    _, code = set_rl_advantage([1, 1, 0, 0], [0] * 4, strategy_keys=list("AAAB"), set_size=2, homogeneous="code")
+    assert paper["set_rl/set_diversity"] == pytest.approx(0.5)  # 3 of 6 pairs hold B: d = 1, the rest 0
+    assert code["set_rl/set_diversity"] == pytest.approx(0.75)  # the 3 pairs A, A score 1/2
+
+
+def test_a_custom_degenerate_key_counts_as_no_strategy():
+    by_default, _ = set_rl_advantage([1, 0, 0, 1], [0] * 4, strategy_keys=["a", "none", "b", "c"], set_size=2)
+    custom, _ = set_rl_advantage(
+        [1, 0, 0, 1], [0] * 4, strategy_keys=["a", "none", "b", "c"], set_size=2, degenerate_key="none"
+    )
+    np.testing.assert_allclose(custom, brute_force([1, 0, 0, 1], ["a", "none", "b", "c"], 2, "mean", "paper", "none"))
+    assert not np.allclose(custom, by_default)
+
+
+def test_diagnostics_of_batches_without_correct_incorrect_or_any_strategy():
+    _, none_solved = set_rl_advantage([0, 0, 0], [0] * 3, strategy_keys=list("abc"), set_size=2)
+    assert none_solved["set_rl/distinct_keys_correct"] == 0.0 and none_solved["set_rl/distinct_keys_incorrect"] == 3
+    _, all_solved = set_rl_advantage([1, 1, 1], [0] * 3, strategy_keys=list("aab"), set_size=2)
+    assert all_solved["set_rl/incorrect_positive_share"] == 0.0 and all_solved["set_rl/distinct_keys_incorrect"] == 0
+    _, shapeless = set_rl_advantage([1, 0, 0], [0] * 3, strategy_keys=["a", "degenerate", "degenerate"], set_size=2)
+    assert shapeless["set_rl/distinct_keys_incorrect"] == 0.0 and shapeless["set_rl/distinct_keys"] == 1.0
+
+
+def test_grpo_div_novelty_counts_within_each_group_only():
+    """Keys repeat across groups (group 0's "a" is not group 1's); a group of one has no other rollout."""
+    from vpo.set_rl import rollout_novelty
+
+    groups = [0, 0, 0, 1, 1, 1, 1, 2]
+    codes = key_codes(["a", "a", "b", "a", "b", "c", "degenerate", "a"])
+    expected = [1 / 2, 1 / 2, 1, 1, 1, 1, 0, 0]  # for the others, the degenerate rollout is another key
+    np.testing.assert_allclose(rollout_novelty(groups, codes), expected)
+    assert key_codes([]).tolist() == [] and key_codes([]).dtype == np.int64

@@ -45,15 +45,14 @@ def all_sets(group_size: int, set_size: int) -> np.ndarray:
 
 def key_codes(keys: Sequence[Any], degenerate_key: str = DEGENERATE_KEY) -> np.ndarray:
     """(B,) int: equal keys get equal codes >= 0, the degenerate key (and None) -1."""
-    codes, seen = np.empty(len(keys), dtype=np.int64), {}
-    for i, key in enumerate(keys):
-        codes[i] = -1 if key is None or key == degenerate_key else seen.setdefault(key, len(seen))
-    return codes
+    seen: dict[Any, int] = {}
+    codes = (-1 if k is None or k == degenerate_key else seen.setdefault(k, len(seen)) for k in keys)
+    return np.fromiter(codes, dtype=np.int64, count=len(keys))
 
 
 def distinct_counts(codes: np.ndarray) -> np.ndarray:
     """(..., n) int codes -> (...,) number of distinct codes >= 0 along the last axis."""
-    ordered = np.sort(codes, axis=-1)
+    ordered = np.sort(codes)  # along the last axis
     first = ordered[..., :1] >= 0
     changes = (ordered[..., 1:] != ordered[..., :-1]) & (ordered[..., 1:] >= 0)
     return first.sum(axis=-1) + changes.sum(axis=-1)
@@ -70,9 +69,7 @@ def set_diversity(codes: np.ndarray, set_size: int, homogeneous: str) -> np.ndar
 def chosen_sets(group_size: int, set_size: int, n_sets: int | None, rng: np.random.Generator) -> np.ndarray:
     """(K, n): all sets when n_sets is None or at least C(N, n), else n_sets of them without replacement."""
     every = all_sets(group_size, set_size)
-    if n_sets is None or n_sets >= len(every):
-        return every
-    return every[np.sort(rng.choice(len(every), size=n_sets, replace=False))]
+    return every if n_sets is None else every[np.sort(rng.permutation(len(every))[:n_sets])]
 
 
 def polychromic(set_size: int, homogeneous: str):
@@ -113,12 +110,12 @@ def set_rl(
     group_ids: Sequence[Any] | np.ndarray,
     keys: Sequence[Any],
     *,
-    set_size: int = 4,
-    aggregation: str = "mean",
-    homogeneous: str = "paper",
-    degenerate_key: str = DEGENERATE_KEY,
-    n_sets: int | None = None,
-    rng: np.random.Generator | None = None,
+    set_size: int,
+    aggregation: str,
+    homogeneous: str,
+    degenerate_key: str,
+    n_sets: int | None,
+    rng: np.random.Generator | int | None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Set-RL advantages of a batch and what the diagnostics read.
 
@@ -131,19 +128,17 @@ def set_rl(
         raise ValueError(f"set_rl homogeneous {homogeneous!r} is not one of {HOMOGENEOUS_RULES}")
     if set_size < 1 or (n_sets is not None and n_sets < 1):
         raise ValueError(f"set_rl needs set_size >= 1 and n_sets >= 1 (or null), got {set_size} and {n_sets}")
-    if len(keys) != len(rewards):
-        raise ValueError(f"set_rl has {len(rewards)} rewards but {len(keys)} strategy keys; pass one per rollout")
-    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    rng = np.random.default_rng(rng)  # a Generator passes through as itself
     codes = key_codes(keys, degenerate_key)
     groups, n_groups = group_codes(group_ids)
-    sizes = np.bincount(groups, minlength=n_groups)
+    sizes = np.bincount(groups)  # every group code in [0, n_groups) has a rollout
     advantages, diversities = np.zeros(len(rewards)), []
     for size in np.unique(sizes).tolist():
         if size <= set_size:
             continue
         chosen = np.flatnonzero(sizes == size)
         rows, local, slot, _ = group_slots(groups, n_groups, chosen)
-        grid_r, grid_c = np.zeros((len(chosen), size)), np.zeros((len(chosen), size), dtype=np.int64)
+        grid_r, grid_c = np.zeros((len(chosen), size)), np.full((len(chosen), size), -1)
         grid_r[local, slot], grid_c[local, slot] = rewards[rows], codes[rows]
         score = polychromic(set_size, homogeneous)
         adv = group_set_advantages(
@@ -151,9 +146,8 @@ def set_rl(
         )
         advantages[rows] = adv[local, slot]
         diversities.append(set_diversity(grid_c[:, all_sets(size, set_size)], set_size, homogeneous).ravel())
-    used = np.concatenate(diversities) if diversities else np.zeros(0)
     return advantages, {
-        "diversity": float(used.mean()) if len(used) else 0.0,
+        "diversity": float(np.concatenate(diversities).mean()) if diversities else 0.0,
         "skipped": int((sizes <= set_size).sum()),
         "codes": codes,
     }
@@ -162,13 +156,11 @@ def set_rl(
 def rollout_novelty(group_ids: Sequence[Any] | np.ndarray, codes: np.ndarray) -> np.ndarray:
     """(B,) in [0, 1]: the share of the other rollouts of a rollout's group whose key differs from its own;
     0 for a degenerate rollout or a group of one (GRPO+DIV's per-rollout d)."""
-    groups, n_groups = group_codes(group_ids)
-    sizes = np.bincount(groups, minlength=n_groups)
-    pair = groups.astype(np.int64) * (codes.max(initial=0) + 2) + (codes + 1)  # (group, key) as one number
-    _, inverse, same = np.unique(pair, return_inverse=True, return_counts=True)
-    others = sizes[groups] - 1
-    differ = others - (same[inverse] - 1)
-    novelty = np.where(others > 0, differ / np.maximum(others, 1), 0.0)
+    groups, _ = group_codes(group_ids)
+    others = np.bincount(groups)[groups] - 1  # the other rollouts of each rollout's group
+    _, inverse, counts = np.unique(np.stack([groups, codes], axis=1), axis=0, return_inverse=True, return_counts=True)
+    differ = others - (counts[inverse.ravel()] - 1)  # those whose key is not its own
+    novelty = differ / np.maximum(others, 1)  # a group of one: 0 / 1
     return np.where(codes < 0, 0.0, novelty)
 
 
