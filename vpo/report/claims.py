@@ -272,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
     per_problem = read_per_problem(needed[1])
     print(numbers(read_csv_table(needed[0]), evolve, training))
     claims, trends = load_claims(args.claims) if getattr(args, "claims", None) else (CLAIMS, TRAINING_CLAIMS)
+    print(rules(args.reps))
     outcomes = []
     for claim in claims:
         reference = claim.reference or args.reference
@@ -290,5 +291,26 @@ def run(args: argparse.Namespace) -> int:
     for ok, text in training_claims(training, curves, trends):
         outcomes.append(ok)
         print(f"{'holds' if ok else 'FAILS'}: {text}")
+    print(NOT_CLAIMED)
     print(f"{sum(outcomes)} of {len(outcomes)} claims hold", file=sys.stderr)
     return 0 if all(outcomes) else 1
+
+
+def rules(reps: int) -> str:
+    """What a claim's verdict means, printed before the verdicts."""
+    return (
+        "How each claim is checked: per task, P(reference > other) over (training seed, problem) pairs of the\n"
+        f"evaluation pools, with a 95% percentile interval from {reps} bootstrap resamples of each method's training\n"
+        "seeds within each problem. 'above' holds when the interval lies above 1/2 for every method compared,\n"
+        "'below' when it lies below. A training claim holds when the one-sided 95% t bound of the mean change\n"
+        f"(first {FIRST_STEPS} logged steps -> last {LAST_STEPS}, one value per seed) stays below 0 (falls) or above\n"
+        "0 (rises)."
+    )
+
+
+# printed after the verdicts: they are about this run, not the paper
+NOT_CLAIMED = (
+    "Not claimed: the order at best@budget, the evolutionary search's ranking, and anything about the paper's\n"
+    "models and tasks. These results come from the run's own model and preset; the paper's numbers need the\n"
+    "paper preset on GPUs (docs/reproducibility.md)."
+)
