@@ -274,3 +274,18 @@ def test_grpo_div_novelty_counts_within_each_group_only():
     expected = [1 / 2, 1 / 2, 1, 1, 1, 1, 0, 0]  # for the others, the degenerate rollout is another key
     np.testing.assert_allclose(rollout_novelty(groups, codes), expected)
     assert key_codes([]).tolist() == [] and key_codes([]).dtype == np.int64
+
+
+def test_rewards_are_clipped_to_the_unit_interval_and_the_callers_verdicts_are_used():
+    """The product assumes rewards in [0, 1]: 1.5 counts as 1 and -0.5 as 0. The diagnostics read the
+    caller's verdicts (the reward's `acc`, here 0/1 numbers) where given, else reward > 0."""
+    keys = list("abca")
+    clipped, _ = set_rl_advantage([1.5, -0.5, 0.7, 0.2], [0] * 4, strategy_keys=keys, set_size=2)
+    inside, _ = set_rl_advantage([1.0, 0.0, 0.7, 0.2], [0] * 4, strategy_keys=keys, set_size=2)
+    np.testing.assert_array_equal(clipped, inside)
+    bonus, _ = grpo_div_advantage([1.5, -0.5, 0.7, 0.2], [0] * 4, strategy_keys=keys)
+    np.testing.assert_array_equal(bonus, grpo_div_advantage([1.0, 0.0, 0.7, 0.2], [0] * 4, strategy_keys=keys)[0])
+    _, given = set_rl_advantage([1.0, 0.0, 0.7, 0.2], [0] * 4, strategy_keys=keys, set_size=2, correct=[1, 0, 0, 0])
+    _, by_reward = set_rl_advantage([1.0, 0.0, 0.7, 0.2], [0] * 4, strategy_keys=keys, set_size=2)
+    assert given["set_rl/distinct_keys_correct"] == 1.0 and given["set_rl/distinct_keys_incorrect"] == 3.0
+    assert by_reward["set_rl/distinct_keys_correct"] == 2.0 and by_reward["set_rl/distinct_keys_incorrect"] == 1.0

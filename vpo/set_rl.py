@@ -173,7 +173,7 @@ def strategy_diagnostics(
 
     def distinct(mask: np.ndarray) -> float:
         kept = mask & (codes >= 0)
-        pairs = np.unique(np.stack([groups[kept], codes[kept]]), axis=1).shape[1] if kept.any() else 0
+        pairs = np.unique(np.stack([groups[kept], codes[kept]]), axis=1).shape[1]  # (2, 0) for none
         present = np.unique(groups[mask]).size
         return pairs / present if present else 0.0
 
