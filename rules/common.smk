@@ -82,8 +82,9 @@ CONFIG_SNAPSHOT = f"results/config/{settings_digest(CFG)[:16]}.yaml"
 onstart:
     # a real run (never a dry-run, whose plan a machine without the backend may show) whose jobs run in this
     # Python stops here when it cannot import the backend: before any cell is touched
-    if "conda" not in str(workflow.deployment_settings.deployment_method).lower() and backend_missing(BACKEND):
-        raise WorkflowError(f"{backend_missing(BACKEND)} (config: backend={BACKEND})")
+    _missing = None if "conda" in str(workflow.deployment_settings.deployment_method).lower() else backend_missing(BACKEND)
+    if _missing:
+        raise WorkflowError(f"{_missing} (config: backend={BACKEND})")
     write_config(CFG, CONFIG_SNAPSHOT)
     write_config(CFG, f"{RESULTS}/config.yaml")
 # Every job's shell: (unless conda provides the software) the Python that runs Snakemake, so a
