@@ -127,6 +127,49 @@ def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_g
         )
 
 
+def test_a_served_judges_keys_are_what_poly_epo_trains_on(one_batch):
+    """`judge:` in poly_epo's settings: one call per TRL group with the completions it scored, the judge's
+    keys (the stand-in judge of tests/test_strategy_judge.py: equal last lines, one strategy) in the estimate."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from test_strategy_judge import LastLineJudge, last_line_labels
+
+    from vpo.method_advantage import advantage_for_method
+
+    LastLineJudge.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LastLineJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    judge = {"url": f"http://127.0.0.1:{server.server_address[1]}/v1", "model": "j"}
+    try:
+        trainer = one_batch("poly_epo", scorer=synthetic_scorer, method_settings={"set_size": 2, "judge": judge})
+        batch = rows_of(trainer)
+        output = trainer._generate_and_score_completions(batch)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(LastLineJudge.requests) == len(batch) // N
+    results = [synthetic_scorer(text, **row) for text, row in zip(texts_of(trainer, output), batch)]
+    # the calls run concurrently: each group's labels found by its problem's text
+    by_problem = {
+        body["messages"][-1]["content"].split("\n\nResponses:")[0]: body for _, body in LastLineJudge.requests
+    }
+    problems = [question for question, _ in trainer.matrix_reward.texts[::N]]
+    assert len(by_problem) == len(problems) == len(batch) // N
+    labels = [label for problem in problems for label in last_line_labels(by_problem[f"Problem:\n{problem}"])]
+    keys = [
+        "degenerate" if r["strategy"] == "degenerate" or label == 0 else f"judge:{label}"
+        for r, label in zip(results, labels)
+    ]
+    expected, _ = advantage_for_method(
+        "poly_epo", scores=np.array([r["score"] for r in results]), sub_scores=None,
+        group_ids=np.repeat(np.arange(len(batch) // N), N), settings={"set_size": 2}, strategy_keys=keys,
+        correct=[r["acc"] > 0 for r in results],
+    )  # fmt: skip
+    np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert trainer.last_batch["strategies"] == keys and trainer._metrics["eval"]["judge/failed_groups"] == [0.0]
+
+
 def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
     """TRL: (r - mean) / (unbiased std + 1e-4); the project (veRL's): the same with 1e-6."""
     from trl import GRPOTrainer

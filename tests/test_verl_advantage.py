@@ -340,3 +340,79 @@ def test_maxrl_through_verl_matches_the_formula_by_hand(verl_config):
     with ext.staged(rollouts):
         out = compute_advantage(data, adv_estimator="maxrl", config=verl_config.algorithm)
     np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+class _IdTokenizer:
+    """Decodes ids to the set of ids they hold ("route [2]"): the judge reads that as a response."""
+
+    pad_token_id = 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        return f"route {sorted(set(int(i) for i in ids if int(i) != 0))}"
+
+
+def test_v1_trainer_trains_poly_epo_on_a_served_judges_keys(verl_config, transfer_queue):
+    """With `judge:` set, VPOTrainerSync decodes the batch's responses, the judge clusters each group in one
+    call, and the estimator reads the judge's keys instead of the reward's."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from omegaconf import open_dict
+    from test_strategy_judge import LastLineJudge
+    from transfer_queue.metadata import KVBatchMeta
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    from vpo.method_advantage import advantage_for_method
+    from vpo.verl_ext.trainer import VPOTrainerSync
+
+    LastLineJudge.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LastLineJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tq = transfer_queue
+    config = verl_config.copy()
+    with open_dict(config):
+        config.algorithm.adv_estimator = "poly_epo"
+        config.algorithm.vpo.method = "poly_epo"
+        config.algorithm.vpo.settings.judge = {"url": f"http://127.0.0.1:{server.server_address[1]}/v1", "model": "j"}
+    uids, matrices, scores = _rollouts(True)
+    judged = [f"judge:{1 + i % 2}" for i in range(len(uids))]  # what the responses below show the judge
+    keys, rows = [], []
+    for i, (uid, matrix, score, length) in enumerate(zip(uids, matrices, scores, RESPONSE_LENGTHS)):
+        keys.append(f"judge{uid}_{i}_0")
+        rows.append(
+            {
+                "prompts": torch.arange(1, 4, dtype=torch.int64),
+                "responses": torch.full((length,), 1 + i % 2, dtype=torch.int64),
+                "response_mask": torch.ones(length, dtype=torch.int64),
+                "rm_scores": _rm_scores(scores, RESPONSE_LENGTHS)[i],
+                "extra_fields": {"reward_extra_info": _extra_info(matrix, score), "turns": []},
+                "uid": f"judge{uid}",
+            }
+        )
+    tq.kv_batch_put(
+        keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(rows), tags=[{"status": "success"}] * 7
+    )
+    batch = KVBatchMeta(keys=keys, tags=[{"status": "success"}] * 7, partition_id="train")
+    trainer = object.__new__(VPOTrainerSync)
+    trainer.config, trainer.global_steps, trainer.tokenizer = config, STEP, _IdTokenizer()
+    metrics: dict = {}
+    try:
+        trainer._compute_advantage(batch, metrics)
+    finally:
+        server.shutdown()
+        server.server_close()
+    expected, _ = advantage_for_method(
+        "poly_epo", scores=scores, sub_scores=matrices, group_ids=[f"judge{u}" for u in uids],
+        settings=dict(SETTINGS), strategy_keys=judged, correct=[s > 0 for s in scores],
+    )  # fmt: skip
+    task_keys, _ = advantage_for_method(
+        "poly_epo", scores=scores, sub_scores=matrices, group_ids=uids, settings=dict(SETTINGS),
+        strategy_keys=[_strategy(m) for m in matrices], correct=[s > 0 for s in scores],
+    )  # fmt: skip
+    assert not np.allclose(expected, task_keys)  # the judge's keys change the advantages
+    stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])
+    for i, length in enumerate(RESPONSE_LENGTHS):
+        np.testing.assert_allclose(stored["advantages"][i].numpy(), np.full(length, expected[i], np.float32), atol=0)
+    assert metrics["judge/groups"] == 2.0 and metrics["judge/failed_groups"] == 0.0 and len(LastLineJudge.requests) == 2
+    assert metrics["vpo/strategies_per_group"] == 2.0
+    tq.kv_clear(keys=keys, partition_id="train")

@@ -42,10 +42,12 @@ def estimator_knobs(name: str) -> set[str]:
 
 
 def setting_keys(method: str | Method) -> set[str]:
-    """Every method_settings key a method takes: its estimator's knobs, and `alpha` (the Dirichlet
-    concentration of the weights in its rows) when its reward is weighted."""
+    """Every method_settings key a method takes: its estimator's knobs, `alpha` (the Dirichlet
+    concentration of the weights in its rows) when its reward is weighted, and `judge` (the served model
+    that gives strategy keys, vpo.strategy_judge) when it reads strategy keys."""
     meth = get_method(method)
-    return estimator_knobs(meth.estimator) | ({"alpha"} if meth.reward == "weighted" else set())
+    read_by_caller = {"weighted": {"alpha"}, "keyed": {"judge"}}.get(meth.reward, set())  # rows' weights; keys
+    return estimator_knobs(meth.estimator) | read_by_caller
 
 
 def advantage_for_method(

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.rollouts import as_matrix, group_codes
+from vpo.strategy_judge import UNJUDGED
 
 
 def _check_k(k: int) -> int:
@@ -198,7 +199,8 @@ def group_pool_diversity(sub_scores: Sequence[Any], group_ids: Sequence[Any]) ->
 
 def group_strategies(keys: Sequence[Any], group_ids: Sequence[Any], degenerate: str = "degenerate") -> float:
     """Training metric: mean over prompt groups of the distinct strategy keys among the group's rollouts
-    (`Task.strategy_key`; the degenerate key, a rollout without an answer, is none).
+    (`Task.strategy_key` or a judge's; the degenerate key, a rollout without an answer, is none, and so is
+    the key of a group whose judge call failed).
 
     keys: (B,);  group_ids: (B,).  Returns 0 for an empty batch."""
     if len(keys) != len(group_ids):
@@ -206,6 +208,6 @@ def group_strategies(keys: Sequence[Any], group_ids: Sequence[Any], degenerate: 
     codes, n_groups = group_codes(group_ids)
     found: list[set] = [set() for _ in range(n_groups)]
     for code, key in zip(codes, keys):
-        if key is not None and key != degenerate:
+        if key is not None and key != degenerate and key != UNJUDGED:  # a failed judge call shows none either
             found[code].add(key)
     return float(np.mean([len(s) for s in found])) if n_groups else 0.0

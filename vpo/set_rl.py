@@ -16,7 +16,8 @@ A group holds the N rollouts of one prompt, each with a reward r in [0, 1] and a
 All C(N, n) sets, or K of them drawn uniformly without replacement; then the mean form divides each
 rollout's sum by K n / N (the expected number of sampled sets holding it) and the sum form multiplies
 that by C(N - 1, n - 1), so that both keep the expectation of the all-sets estimate. No std normalisation
-(it replaces the GRPO advantage); groups of N <= n get 0.
+(it replaces the GRPO advantage); groups of N <= n, and groups whose judge call failed (`vpo.strategy_judge`,
+key UNJUDGED), get 0.
 
 Everything here is pure numpy over (groups, N) grids; `vpo.advantage` registers the estimators.
 """
@@ -31,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.rollouts import group_codes, group_slots
+from vpo.strategy_judge import UNJUDGED  # the key of a group whose judge call failed: the group is skipped
 from vpo.task import DEGENERATE_STRATEGY as DEGENERATE_KEY  # a task's key for output that shows no strategy
 
 AGGREGATIONS = ("mean", "sum")  # code, paper
@@ -44,9 +46,9 @@ def all_sets(group_size: int, set_size: int) -> np.ndarray:
 
 
 def key_codes(keys: Sequence[Any], degenerate_key: str = DEGENERATE_KEY) -> np.ndarray:
-    """(B,) int: equal keys get equal codes >= 0, the degenerate key (and None) -1."""
-    seen: dict[Any, int] = {}
-    codes = (-1 if k is None or k == degenerate_key else seen.setdefault(k, len(seen)) for k in keys)
+    """(B,) int: equal keys get equal codes >= 0, the degenerate key (and None) -1, UNJUDGED -2."""
+    seen: dict[Any, int] = {UNJUDGED: -2}
+    codes = (-1 if k is None or k == degenerate_key else seen.setdefault(k, len(seen) - 1) for k in keys)
     return np.fromiter(codes, dtype=np.int64, count=len(keys))
 
 
@@ -132,11 +134,12 @@ def set_rl(
     codes = key_codes(keys, degenerate_key)
     groups, n_groups = group_codes(group_ids)
     sizes = np.bincount(groups)  # every group code in [0, n_groups) has a rollout
+    unjudged = np.bincount(groups, weights=codes == -2, minlength=n_groups) > 0  # a failed judge call
     advantages, diversities = np.zeros(len(rewards)), []
-    for size in np.unique(sizes).tolist():
+    for size in np.unique(sizes[~unjudged]).tolist():
         if size <= set_size:
             continue
-        chosen = np.flatnonzero(sizes == size)
+        chosen = np.flatnonzero((sizes == size) & ~unjudged)
         rows, local, slot, _ = group_slots(groups, n_groups, chosen)
         grid_r, grid_c = np.zeros((len(chosen), size)), np.full((len(chosen), size), -1)
         grid_r[local, slot], grid_c[local, slot] = rewards[rows], codes[rows]
@@ -148,7 +151,7 @@ def set_rl(
         diversities.append(set_diversity(grid_c[:, all_sets(size, set_size)], set_size, homogeneous).ravel())
     return advantages, {
         "diversity": float(np.concatenate(diversities).mean()) if diversities else 0.0,
-        "skipped": int((sizes <= set_size).sum()),
+        "skipped": int(((sizes <= set_size) | unjudged).sum()),
         "codes": codes,
     }
 

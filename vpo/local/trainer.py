@@ -21,6 +21,7 @@ import numpy as np
 from vpo.local import checkpoint as ckpt
 from vpo.metrics import group_pool_diversity, group_strategies
 from vpo.settings import LocalTrainerSettings
+from vpo.strategy_judge import judge_from_settings, row_question
 from vpo.progress import Progress
 
 log = logging.getLogger("vpo.local.trainer")
@@ -106,6 +107,7 @@ class Learner:
     method_settings: dict  # estimator knobs (alpha, sampler, n_weights, k)
     sampling: object  # vpo.generate.SamplingSettings of the rollouts
     rng: np.random.Generator  # the estimator's draws (weights, goals)
+    judge: object = None  # vpo.strategy_judge.StrategyJudge of a keyed method's `judge:` setting, or None
 
     def step(self, step: int, seed: int) -> dict:
         """RL step `step` (1-based) of a run with data seed `seed`: sample, score, estimate, update;
@@ -131,6 +133,10 @@ class Learner:
         subs = [as_matrix(r["sub_scores"]) for r in results]
         batch = StepBatch(prompts, responses, n, tokenizer.pad_token_id)
         mask = batch.mask
+        keys, judged = [r["strategy"] for r in results], {}
+        if self.judge is not None:  # the served judge's strategy keys replace the task's
+            questions = [row_question(self.rows[i]) for i in picked for _ in range(n)]
+            keys, judged = self.judge(questions, texts, group_ids, keys)
         advantages, diagnostics = advantage_for_method(
             self.method,
             scores=scores,
@@ -139,7 +145,7 @@ class Learner:
             settings=self.method_settings,
             rng=self.rng,
             response_lengths=mask.sum(1).numpy(),
-            strategy_keys=[r["strategy"] for r in results],
+            strategy_keys=keys,
             correct=[r["acc"] > 0 for r in results],
         )
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
@@ -153,7 +159,8 @@ class Learner:
             **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in self.task.objective_names},
             "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
             "pool_diversity": group_pool_diversity(subs, group_ids),
-            "strategies_per_group": group_strategies([r["strategy"] for r in results], group_ids),
+            "strategies_per_group": group_strategies(keys, group_ids),
+            **judged,
             "advantage/max": float(np.max(advantages)),
             "advantage/min": float(np.min(advantages)),
             "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
@@ -345,4 +352,5 @@ def learner_for(spec: RunSpec, models: Models, optimizer, method, task, np_rng) 
         spec.method_settings,
         sampling,
         np_rng,
+        judge_from_settings(spec.method_settings) if method.reward == "keyed" else None,
     )

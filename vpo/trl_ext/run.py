@@ -114,7 +114,8 @@ def step_record(batch: dict, logs: list[dict], *, step: int, objectives, setting
         "pool_diversity": batch["pool_diversity"],
         # TRL's sampler repeats each prompt rollouts_per_prompt times in a row
         "strategies_per_group": group_strategies(
-            [r.get("strategy") for r in results], np.arange(len(results)) // settings.rollouts_per_prompt
+            batch.get("strategies") or [r.get("strategy") for r in results],
+            np.arange(len(results)) // settings.rollouts_per_prompt,
         ),
         "advantage/max": float(np.max(batch["advantages"])),
         "advantage/min": float(np.min(batch["advantages"])),

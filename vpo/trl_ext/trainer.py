@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from vpo.strategy_judge import judge_from_settings
 from vpo.trl_ext import require_supported_trl
 
 require_supported_trl()
@@ -60,12 +61,22 @@ class MatrixReward:
     def __init__(self, scorer: Callable[..., dict]):
         self.scorer = scorer
         self.results: list[dict] = []
+        self.texts: list[tuple[str, str]] = []  # (question, completion) of each result
 
     def __call__(self, prompts, completions, **columns) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # conversational or plain
         names = [key for key in columns if key not in TRL_KEYWORDS]
         self.results = [self.scorer(text, **{key: columns[key][i] for key in names}) for i, text in enumerate(texts)]
+        self.texts = [(_question(prompt), text) for prompt, text in zip(prompts, texts)]  # what a judge reads
         return [float(result["score"]) for result in self.results]
+
+
+def _question(prompt) -> str:
+    """A TRL prompt's problem: the last user message of a conversation, or the plain text."""
+    if isinstance(prompt, list):
+        users = [message["content"] for message in prompt if message.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return str(prompt)
 
 
 def grpo_arguments(settings, *, max_new_tokens: int, output_dir: str, seed: int, **changes):
@@ -142,6 +153,8 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         self.method_settings = dict(method_settings or {})
         self.estimator_rng = np.random.default_rng([estimator_seed, 1])  # the local trainer's stream
         self.matrix_reward = MatrixReward(scorer)
+        keyed = self.method.reward == "keyed"
+        self.judge = judge_from_settings(self.method_settings) if keyed else None  # vpo.strategy_judge
         self.last_batch: dict = {}  # the last generation batch's results, advantages and diagnostics
         super().__init__(model, reward_funcs=[self.matrix_reward], args=args, **kwargs)
 
@@ -161,6 +174,12 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         n = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = np.arange(len(results)) // n  # TRL's sampler repeats each prompt n times in a row
         subs = [as_matrix(result["sub_scores"]) for result in results]
+        # a scorer of the user's own may give no strategy key: then a keyed method stops, naming it
+        keys = [r["strategy"] for r in results] if all("strategy" in r for r in results) else None
+        judged = {}
+        if self.judge is not None and keys is not None:  # the served judge's keys replace the task's
+            questions, texts = zip(*gather_object(self.matrix_reward.texts))
+            keys, judged = self.judge(questions, texts, group_ids, keys)
         advantages, diagnostics = advantage_for_method(
             self.method,
             scores=np.array([float(r["score"]) for r in results]),
@@ -169,14 +188,14 @@ class EstimatorGRPOTrainer(GRPOTrainer):
             settings=self.method_settings,
             rng=self.estimator_rng,
             response_lengths=lengths,
-            # a scorer of the user's own may give no strategy key: then a keyed method stops, naming it
-            strategy_keys=[r["strategy"] for r in results] if all("strategy" in r for r in results) else None,
+            strategy_keys=keys,
             correct=[float(r.get("acc", 0.0)) > 0 for r in results],
         )
         local = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
         output["advantages"] = torch.as_tensor(
             advantages[local], dtype=torch.float32, device=output["advantages"].device
         )
+        diagnostics = {**diagnostics, **judged}
         for key, value in diagnostics.items():
             if np.isscalar(value):
                 self._metrics[mode][key].append(float(value))
@@ -186,6 +205,7 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         self.last_batch = {
             "results": results,
             "advantages": advantages,
+            "strategies": keys,  # the task's strategy keys, or the judge's
             "diagnostics": diagnostics,
             "pool_diversity": diversity,
             "lengths": lengths,

@@ -78,6 +78,12 @@ def _override_value(value: Any) -> str:
         return "null"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # a block such as the strategy judge's: its texts quoted (URLs hold ':' and '/')
+        return (
+            "{"
+            + ",".join(f"{k}:{_quoted(v) if isinstance(v, str) else _override_value(v)}" for k, v in value.items())
+            + "}"
+        )
     return str(value)
 
 

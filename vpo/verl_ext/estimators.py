@@ -9,6 +9,7 @@ row-aligned, around veRL's advantage step; every estimator then calls
     ESTIMATOR_METHODS     veRL estimator name -> method of vpo.methods
     stage_from_extra_info / staged    the staged rollouts of one advantage computation
     register_estimators   adds them to veRL's registry (called by vpo.verl_ext.plugin)
+    judge_strategies      a served judge's strategy keys in place of the task's (keyed methods' `judge:`)
     rollout_metrics       the step's metrics from the staged rollouts (docs/metrics.md)
 
 Importing this module needs numpy only; veRL and torch are imported when an estimator runs.
@@ -197,6 +198,27 @@ def register_estimators() -> None:
 
     for name, fn in ESTIMATORS.items():
         core_algos.register_adv_est(name)(fn)
+
+
+def judge_strategies(
+    rollouts: StagedRollouts, group_ids: Sequence, questions: Sequence[str], responses: Sequence[str], config=None
+) -> dict[str, float]:
+    """With a keyed method whose settings name a `judge` (vpo.strategy_judge), replace each staged
+    rollout's `strategy` by the judge's key; returns the judge's metrics (none without a judge)."""
+    from vpo.methods import get_method
+    from vpo.strategy_judge import judge_from_settings
+
+    block = _config_get(config, "vpo", None)
+    method = _config_get(block, "method", None)
+    settings, _ = method_settings_from_config(config)
+    judge = judge_from_settings(settings) if method and get_method(method).reward == "keyed" else None
+    if judge is None:
+        return {}
+    task_keys = [str(info.get("strategy", "")) for info in rollouts.extras]
+    keys, metrics = judge(questions, responses, [str(uid) for uid in group_ids], task_keys)
+    for info, key in zip(rollouts.extras, keys):
+        info["strategy"] = key
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,13 @@ from verl.trainer.ppo.v1 import register_trainer as verl_register_trainer
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
 from vpo.verl_ext import TRAINER_MODE
-from vpo.verl_ext.estimators import rollout_metrics, stage_from_extra_info, staged
+from vpo.verl_ext.estimators import (
+    judge_strategies,
+    method_settings_from_config,
+    rollout_metrics,
+    stage_from_extra_info,
+    staged,
+)
 
 
 class VPOTrainerSync(PPOTrainerSync):
@@ -37,10 +43,26 @@ class VPOTrainerSync(PPOTrainerSync):
         uids = [str(uid) for uid in fields["uid"]]
         infos = [ef.get("reward_extra_info") if isinstance(ef, dict) else None for ef in fields["extra_fields"]]
         rollouts = stage_from_extra_info(infos, step=getattr(self, "global_steps", 0))
+        metrics.update(self._judged(batch, rollouts, uids))
         with staged(rollouts):
             batch = super()._compute_advantage(batch, metrics)
         metrics.update(rollout_metrics(rollouts, uids))
         return batch
+
+    def _judged(self, batch, rollouts, uids: list[str]) -> dict:
+        """A keyed method's served judge relabels the staged strategies (no judge: nothing happens)."""
+        import transfer_queue as tq
+
+        settings, _ = method_settings_from_config(self.config.algorithm)
+        if not settings.get("judge"):
+            return {}
+        text = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["prompts", "responses"])
+        pad = self.tokenizer.pad_token_id
+        questions, responses = (
+            [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in text[name].to_padded_tensor(padding=pad)]
+            for name in ("prompts", "responses")
+        )
+        return judge_strategies(rollouts, uids, questions, responses, self.config.algorithm)
 
 
 def register_trainer() -> None:
