@@ -102,3 +102,37 @@ def test_the_deviations_render_as_clean_rst_on_the_report_front_page():
     assert not problems
     assert "vpo_tasks/*.py" in tree.astext()  # the escaped text reads as written
     assert any(node.astext() == "rollout.seed" for node in tree.findall(nodes.literal))
+
+
+def test_poly_epos_keyed_rows_are_what_a_paper_preset_poly_epo_cell_runs():
+    """The `peers` table (Poly-EPO as its authors ran it): every keyed row against the veRL command the
+    launcher composes for poly_epo on maze under the paper preset, and the method's settings."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from vpo.config import load_config, method_settings
+    from vpo.record import read_record
+    from vpo.verl_ext.command import build_command
+
+    cfg = load_config(str(REPO / "config.yaml"), preset="paper")
+    command = build_command(cfg, "maze", "poly_epo", 0, Path("/tmp/run"), Path("/tmp/data"))
+    with initialize_config_dir(config_dir=str(REPO / "verl" / "config"), version_base=None):
+        composed = compose(config_name="vpo_trainer", overrides=list(command.overrides))
+    assert composed.algorithm.adv_estimator == "poly_epo"
+    rows = read_record()["peers"]
+    keyed = [row for row in rows if row["key"] != "-"]
+    assert len(rows) >= 10 and len(keyed) >= 8 and all(row["authors"] and row["source"] for row in rows)
+    for row in keyed:
+        kind, key = row["key"].split(":", 1)
+        if kind == "verl":
+            got = OmegaConf.select(composed, key, throw_on_missing=True)
+        else:
+            name, setting = key.split(".", 1)
+            got = method_settings(cfg, name)[setting]
+        assert got == yaml.safe_load(row["ours"]), (
+            f"{row['setting']}: the record says {row['ours']!r}, the cell runs {got!r}"
+        )
+    assert [row["setting"] for row in rows if row["differs"]] == [
+        "PPO clip ratio (low, high)", "gradient clip", "KL loss", "loss aggregation", "model, data, batch and lengths",
+        "strategy clusters", "a failed judge call",
+    ]  # fmt: skip

@@ -1,6 +1,7 @@
 """The reproducibility record: the paper preset's settings beside the authors', and where they differ.
 
-The rows live in `docs/reproducibility.yaml` (`settings`, `conflicts`); `docs/reproducibility.md` shows
+The rows live in `docs/reproducibility.yaml` (`settings`, `conflicts`, and `peers`: Poly-EPO's runs beside
+a paper-preset poly_epo cell); `docs/reproducibility.md` shows
 them as tables written by `python -m vpo.record` between its `<!-- table ... -->` markers (with
 `--check`: exit 1 when the document's tables are not the YAML's). `settings_rows` is what
 tests/test_reproducibility.py checks against the composed veRL command; `deviations` lists the rows
@@ -29,6 +30,14 @@ TABLES = {
         ("differs", "differs"),
     ],
     "conflicts": [("what", "what"), ("one", "one source says"), ("another", "another says"), ("follow", "we follow")],
+    "peers": [
+        ("setting", "setting"),
+        ("authors", "Poly-EPO's authors"),
+        ("source", "source"),
+        ("ours", "ours"),
+        ("key", "key"),
+        ("differs", "differs"),
+    ],
 }
 
 
