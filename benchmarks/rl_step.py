@@ -4,6 +4,7 @@ finished run) the step times its cells logged.
 
     python benchmarks/rl_step.py                          # one step's generation both ways, ops, 5 whole steps
     python benchmarks/rl_step.py --runs results/cpu/runs  # and the median step and generation seconds per cell
+    python benchmarks/rl_step.py --commit 14e2a29         # and the same measurements of another commit's code
 
 A random-init model at the cpu preset's size writes until the token limit, so every rollout generates
 all its tokens (a trained model stops earlier: its cells' logged steps are shorter); the scoring line cuts
@@ -11,8 +12,20 @@ those responses to a trained policy's spread of lengths, where the length bucket
 are `vpo.local.trainer.Learner.step` for VPO with m = 3 (sample, score, estimate, two updates), the
 cpu preset's settings. Operations are counted with a torch dispatch mode over a whole sampling call
 (prefill and sampling included) and divided by its decoding steps; "compute" leaves out the view
-operations (view, slice, select, transpose, expand...), which move no data. Goal (README): a
-multi-answer RL step in at most 0.25 s on one quiet core.
+operations (view, slice, select, transpose, expand...), which move no data.
+
+The distance to the arithmetic limit: one whole step's floating-point operations are counted with
+`torch.utils.flop_counter.FlopCounterMode` (matrix products and attention: the arithmetic; elementwise
+operations are memory-bound and not counted), the generation's apart from the rest of the step (scoring
+the responses, the reference forward, the two updates). The machine's matmul rate is measured on one
+thread with `torch.mm` over the model's own weight shapes (fused attention projections, fused MLP
+input, MLP output, the tied head) at the row counts the step uses: the rollouts of one decoding step for
+generation, a padded update batch for the rest. Each part's ratio is its seconds / (its FLOPs / that
+rate): 1 would be a step that does nothing but its matrix products at the machine's rate.
+
+With --commit, the same measurements run on another commit's code (cloned to a temporary folder; this
+file measures, the clone's `vpo` is measured) right after this checkout's, so two commits compare on
+one machine. Goal (README): a multi-answer RL step in at most 0.25 s on one quiet core.
 """
 
 from __future__ import annotations
@@ -20,12 +33,18 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parents[1]
+CODE = Path(os.environ.get("VPO_BENCH_CODE", HERE))  # whose vpo is measured (--commit: a clone's)
+sys.path.insert(0, str(CODE))
 from benchmarks.generate import build_fixture  # noqa: E402
 
 VIEWS = {
@@ -106,8 +125,58 @@ def operations_per_step(model, tokenizer, prompt_ids, n: int, max_new_tokens: in
     return total / steps, compute / steps
 
 
-def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
-    """(step seconds, generation seconds) of `steps` whole VPO steps (m = 3) of the local trainer."""
+def weight_shapes(config) -> list[tuple[int, int]]:
+    """(in, out) of the model's matrix products per layer and head: q, k and v fused, the attention
+    output, gate and up fused, down, the tied head."""
+    h, i = config.hidden_size, config.intermediate_size
+    return [(h, 3 * h), (h, h), (h, 2 * i), (i, h), (h, config.vocab_size)]
+
+
+def matmul_rate(shapes: list[tuple[int, int]], rows: int, seconds: float = 0.2) -> float:
+    """FLOP/s of torch.mm on this thread over `shapes` with `rows` input rows: every shape timed for about
+    `seconds` (after a warm-up), total FLOPs over total time."""
+    import torch
+
+    flops = elapsed = 0.0
+    for k, n in shapes:
+        a, b, out = torch.randn(rows, k), torch.randn(k, n), torch.empty(rows, n)
+        torch.mm(a, b, out=out)
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            torch.mm(a, b, out=out)
+            reps += 1
+        elapsed += time.perf_counter() - start
+        flops += 2.0 * rows * k * n * reps
+    return flops / elapsed
+
+
+def count_step_flops(learner, step: int) -> tuple[float, float]:
+    """(generation, whole step) floating-point operations of one `Learner.step`, counted by
+    FlopCounterMode (the generation's by a second counter around its `sample_responses` call)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import vpo.generate as generate
+
+    original, counted = generate.sample_responses, {}
+
+    def sample_counted(*args, **kwargs):
+        with FlopCounterMode(display=False) as inner:
+            out = original(*args, **kwargs)
+        counted["generation"] = inner.get_total_flops()
+        return out
+
+    generate.sample_responses = sample_counted  # Learner.step imports it from vpo.generate when it runs
+    try:
+        with FlopCounterMode(display=False) as whole:
+            learner.step(step, 0)
+    finally:
+        generate.sample_responses = original
+    return float(counted["generation"]), float(whole.get_total_flops())
+
+
+def time_steps(model, tokenizer, rows, steps: int) -> tuple[list[tuple[float, float]], tuple[float, float]]:
+    """(step seconds, generation seconds) of `steps` whole VPO steps (m = 3) of the local trainer, and the
+    (generation, whole step) FLOPs of one more."""
     import copy
 
     import numpy as np
@@ -153,7 +222,7 @@ def time_steps(model, tokenizer, rows, steps: int) -> list[tuple[float, float]]:
     )
     learner.step(1, 0)  # warm-up
     records = [learner.step(step, 0) for step in range(2, steps + 2)]
-    return [(r["step_s"], r["generation_s"]) for r in records]
+    return [(r["step_s"], r["generation_s"]) for r in records], count_step_flops(learner, steps + 2)
 
 
 def time_scoring(model, tokenizer, prompt_ids, n: int, max_new_tokens: int, repeats: int) -> dict[int, float]:
@@ -209,17 +278,8 @@ def logged_step_times(runs: Path) -> list[tuple[str, float, float, int]]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per step (cpu preset: 8)")
-    parser.add_argument("--samples", type=int, default=8, help="rollouts per prompt (cpu preset: 8)")
-    parser.add_argument("--max-new-tokens", type=int, default=120, help="token limit (cpu preset, multi: 120)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=5, help="whole RL steps timed")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (the workflow's jobs: 1)")
-    parser.add_argument("--runs", type=Path, default=None, help="a finished run's runs/ folder: its logged step times")
-    args = parser.parse_args()
-
+def measure(args) -> dict[str, float]:
+    """Every measurement of one code base (this process's `vpo`), printed as it comes; the figures."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -252,12 +312,83 @@ def main() -> None:
     )
     model.eval()
 
-    times = time_steps(model, tokenizer, rows, args.steps)
+    times, (gen_flops, step_flops) = time_steps(model, tokenizer, rows, args.steps)
+    step_s, gen_s = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
     print(
-        f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median "
-        f"{statistics.median(t[0] for t in times):.3f} s, of which generation "
-        f"{statistics.median(t[1] for t in times):.3f} s"
+        f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median {step_s:.3f} s, of which generation {gen_s:.3f} s"
     )
+    shapes = weight_shapes(model.config)
+    decode_rate = matmul_rate(shapes, rollouts)  # one decoding step's rows
+    update_rate = matmul_rate(shapes, 4096)  # an update batch's rows (padded tokens of a mini-batch)
+    rest_flops, rest_s = step_flops - gen_flops, step_s - gen_s
+    print(
+        f"arithmetic: the step does {step_flops / 1e9:.2f} GFLOP (generation {gen_flops / 1e9:.2f}, the rest "
+        f"{rest_flops / 1e9:.2f}); torch.mm on the model's shapes, one thread: {decode_rate / 1e9:.1f} GFLOP/s "
+        f"at {rollouts} rows, {update_rate / 1e9:.1f} GFLOP/s at 4096 rows"
+    )
+    bound_gen, bound_rest = gen_flops / decode_rate, rest_flops / update_rate
+    print(
+        f"  step / arithmetic bound: generation {gen_s:.3f} s / {bound_gen:.3f} s = {gen_s / bound_gen:.1f}x, "
+        f"the rest {rest_s:.3f} s / {bound_rest:.3f} s = {rest_s / bound_rest:.1f}x, "
+        f"whole step {step_s / (bound_gen + bound_rest):.1f}x"
+    )
+    return {
+        "generate_s": results["transformers generate"],
+        "sampler_s": results["vpo/llama_sampler.py"],
+        "ops_per_decoding_step": total,
+        "scoring_buckets_s": scoring[3],
+        "step_s": step_s,
+        "generation_s": gen_s,
+        "step_gflop": step_flops / 1e9,
+        "generation_gflop": gen_flops / 1e9,
+        "step_over_bound": step_s / (bound_gen + bound_rest),
+        "generation_over_bound": gen_s / bound_gen,
+        "rest_over_bound": rest_s / bound_rest,
+    }
+
+
+def measure_commit(commit: str, argv: list[str]) -> dict[str, float]:
+    """measure() of another commit's `vpo`, in a child process on a clone of it."""
+    work = Path(tempfile.mkdtemp(prefix="vpo_rl_step_"))
+    try:
+        subprocess.run(["git", "clone", "-q", str(HERE), str(work)], check=True)
+        subprocess.run(["git", "checkout", "-q", commit], cwd=work, check=True)
+        out = work / "figures.json"
+        env = {**os.environ, "VPO_BENCH_CODE": str(work), "PYTHONPATH": str(work)}
+        subprocess.run([sys.executable, __file__, *argv, "--json", str(out)], env=env, cwd=work, check=True)
+        return json.loads(out.read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step (cpu preset: 8)")
+    parser.add_argument("--samples", type=int, default=8, help="rollouts per prompt (cpu preset: 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=120, help="token limit (cpu preset, multi: 120)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="whole RL steps timed")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the workflow's jobs: 1)")
+    parser.add_argument("--runs", type=Path, default=None, help="a finished run's runs/ folder: its logged step times")
+    parser.add_argument("--commit", default=None, help="also measure this commit's code, after this checkout's")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures to this file")
+    args = parser.parse_args()
+    kept = [
+        f"--{k.replace('_', '-')}={v}"
+        for k, v in vars(args).items()
+        if k in ("prompts", "samples", "max_new_tokens", "repeats", "steps", "threads")
+    ]
+
+    print(f"code: {CODE}")
+    figures = measure(args)
+    if args.json:
+        args.json.write_text(json.dumps(figures))
+    if args.commit:
+        print(f"\ncode: commit {args.commit}")
+        other = measure_commit(args.commit, kept)
+        print(f"\n{'figure':24s} {'this':>9s} {args.commit:>9s} {'ratio':>6s}")
+        for key, value in figures.items():
+            print(f"{key:24s} {value:9.3f} {other[key]:9.3f} {value / other[key]:6.2f}")
     if args.runs:
         rows = logged_step_times(args.runs)
         print(f"logged by the cells under {args.runs} (median over steps):")
