@@ -315,7 +315,8 @@ def measure(args) -> dict[str, float]:
     times, (gen_flops, step_flops) = time_steps(model, tokenizer, rows, args.steps)
     step_s, gen_s = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
     print(
-        f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median {step_s:.3f} s, of which generation {gen_s:.3f} s"
+        f"whole RL steps (vpo, m = 3, {args.steps} after a warm-up): median {step_s:.3f} s, "
+        f"of which generation {gen_s:.3f} s"
     )
     shapes = weight_shapes(model.config)
     decode_rate = matmul_rate(shapes, rollouts)  # one decoding step's rows

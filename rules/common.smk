@@ -4,7 +4,6 @@ import os
 import re
 import shlex
 import sys
-from pathlib import Path
 
 import yaml
 
@@ -13,7 +12,17 @@ from snakemake.exceptions import WorkflowError
 from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
 from vpo.config import answers_per_rollout, method_settings, scale_note, trains_tiny_base
 from vpo.config import deep_merge, write_config
-from vpo.plan import backend_missing, cell_jobs, large_plan_note, paths_outside, stale_note, stale_outputs
+from vpo.plan import (
+    aggregated_cells,
+    backend_missing,
+    cell_jobs,
+    figure_source_note,
+    large_plan_note,
+    paths_outside,
+    replaced_note,
+    stale_note,
+    stale_outputs,
+)
 from vpo.overrides import file_notes, file_overrides, preset_conflicts, user_overrides
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
@@ -338,4 +347,5 @@ def final_outputs():
     # every figure also as PNG (the HTML report's rendering): asked for, so a tree from before is completed
     pngs = [path[:-4] + ".png" for path in outputs if path.startswith(f"{FIGURES}/")]
     figures = [path for path in outputs + pngs if path.startswith(f"{FIGURES}/")]
-    return outputs + pngs + [f"figures/{os.path.basename(path)}" for path in figures]  # rule publish_figure
+    published = [f"figures/{os.path.basename(path)}" for path in figures]  # rule publish_figure, with its sidecar
+    return outputs + pngs + published + [f"{path}.source" for path in published]

@@ -164,20 +164,25 @@ rule figure_ablation:
     shell: plot_command("ablation")
 
 
-# figures/<name>: the latest run's figure, whichever preset made it (its title names the preset);
-# rerun when the preset changes, so it always follows the run that was asked for last.
+# figures/<name>: the latest run's figure, whichever preset made it (its title names the preset, and
+# figures/<name>.source says which run: preset, grid, when); rerun when the preset changes, so it always
+# follows the run that was asked for last.
 rule publish_figure:
     input:
         f"{FIGURES}/{{name}}",
     output:
-        "figures/{name}",
+        figure="figures/{name}",
+        source="figures/{name}.source",
     wildcard_constraints:
         name=r"[^/]+\.(pdf|png)",
     params:
-        preset=PRESET,
+        note=lambda wc: figure_source_note(
+            f"figures/{wc.name}", f"{FIGURES}/{wc.name}", PRESET, {"tasks": TASKS, "methods": METHODS, "seeds": SEEDS}
+        ),
     log:
         f"{LOGS}/publish/{{name}}.log",
     localrule: True
     conda: "../envs/plot.yaml"
     shell:
-        "cp {input} {output} > {log} 2>&1"
+        "(cp {input} {output.figure} && printf '%s' {params.note:q} > {output.source}"
+        " && date -u +'copied: %Y-%m-%dT%H:%M:%SZ' >> {output.source}) > {log} 2>&1"

@@ -9,7 +9,7 @@ import pytest
 
 from vpo.evaluate import PromptPlan, candidate_frame, prompt_plan
 from vpo.methods import get_method
-from vpo.task import resolve
+from vpo.task import Task, resolve
 
 ZERO4, ZERO5 = [0.0] * 4, [0.0] * 5
 
@@ -507,3 +507,74 @@ def test_a_plugin_parser_that_raises_in_evaluation_is_named_as_in_training(broke
         candidate_frame(
             Fragile(), [row], PromptPlan([row["prompt"]], [0], [None], 1), [["a"]], m, single_answer_prefill=""
         )
+
+
+# ---- "parsed" is the task's parser in training and evaluation: plugins whose answers sit in tags ----
+def _colours_task():
+    """The shipped plugin example (examples/vpo-colours-task), imported from its folder."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "vpo-colours-task" / "vpo_colours" / "__init__.py"
+    import sys
+
+    spec = importlib.util.spec_from_file_location("vpo_colours_example", path)
+    module = sys.modules.setdefault("vpo_colours_example", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module.ColoursTask()
+
+
+class _BracketTask(Task):  # a second tagged plugin
+    """Answers as [[...]] in one response, [[1: ...]] .. [[m: ...]] in a multi-answer one; k = 2."""
+
+    name, label, objectives, scalar_weights, default_m = "brackets", "Brackets", (("a", "A"), ("b", "B")), (0.5, 0.5), 2
+
+    def split_answers(self, text, m):
+        import re
+
+        if m == 1:
+            found = re.findall(r"\[\[(?!\d+:)(.*?)\]\]", str(text))
+            return [found[0].strip()] if found and found[0].strip() else []
+        return list(dict.fromkeys(a for a in (s.strip() for s in self.answer_slots(text, m)) if a))
+
+    def answer_slots(self, text, m):
+        import re
+
+        found = {int(i): a.strip() for i, a in re.findall(r"\[\[(\d+): (.*?)\]\]", str(text))}
+        return [found.get(i, "") for i in range(1, m + 1)]
+
+    def score_answer(self, answer, ground_truth):
+        return [float("a" in answer), float("b" in answer)]
+
+
+@pytest.mark.parametrize("make", [_colours_task, _BracketTask], ids=["colours", "brackets"])
+def test_a_tagged_plugins_candidates_parse_as_training_counts_its_answers(make):
+    """The candidates of responses the task's parser reads are parsed in evaluation (a multi-answer slot
+    holds its answer without the response's tags); a response with no answer is not; and the share of
+    chains with a parsed candidate is 1 - training's parse-failure rate on the same responses."""
+    task = make()
+    m = 2
+    if task.name == "colours":
+        truth = {"colours": ["red", "blue", "green"]}
+        good = ["<answer_1>red</answer_1> <answer_2>blue green</answer_2>", "<answer_2>green</answer_2>"]
+        single_good = "<answer>red blue</answer>"
+    else:
+        truth = {}
+        good = ["[[1: a]] [[2: b]]", "[[2: ab]]"]
+        single_good = "[[a b]]"
+    responses = good + ["I cannot answer."]
+    row = {
+        "prompt": [{"role": "user", "content": "q"}],
+        "reward_model": {"ground_truth": truth},
+        "extra_info": {"index": 0},
+    }
+    plan = PromptPlan([row["prompt"]], [0], [None], len(responses))
+    frame = candidate_frame(task, [row], plan, [responses], m, single_answer_prefill="")
+    assert frame["parsed"].tolist() == [True, True, False, True, False, False]
+    parsed_chains = frame.groupby("chain")["parsed"].any().mean()
+    trained = [task.score_response(text, truth, m)[1] for text in responses]  # distinct answers, as the reward counts
+    assert parsed_chains == np.mean([count > 0 for count in trained]) == pytest.approx(2 / 3)
+    single = candidate_frame(
+        task, [row], PromptPlan([row["prompt"]], [0], [None], 2), [[single_good, "no"]], 1, single_answer_prefill=""
+    )
+    assert single["parsed"].tolist() == [True, False]

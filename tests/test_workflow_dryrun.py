@@ -621,3 +621,34 @@ def test_a_second_config_files_values_equal_to_config_yamls_still_win(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert job_counts(result.stdout + result.stderr)["train"] == 12  # 4 methods x 3 seeds
     assert "preset 'cpu' sets seeds, but your --configfile/--config value is used" in result.stderr
+
+
+def test_a_grid_that_leaves_out_aggregated_cells_says_what_it_replaces(tmp_path, capfd):
+    """A run of the cpu preset whose grid drops cells its last aggregate holds says so before it runs;
+    the top-level figure copies come with their sidecars."""
+    aggregate = tmp_path / "results" / "cpu" / "aggregate"
+    aggregate.mkdir(parents=True)
+    header = "task,method,train_seed,metric,k,value,n_eval_seeds\n"
+    (aggregate / "per_seed.csv").write_text(header + "maze,grpo,0,best_at_k,1,0.5,1\nmaze,gdpo,7,best_at_k,1,0.5,1\n")
+    files = dryrun(tmp_path)
+    err = capfd.readouterr().err
+    assert "replaces: results/cpu/aggregate/ holds 1 cell this run's grid leaves out (maze/gdpo/seed7)" in err
+    assert {"figures/pass_at_k.pdf", "figures/pass_at_k.pdf.source"} <= set(files)
+    (aggregate / "per_seed.csv").write_text(header + "maze,grpo,0,best_at_k,1,0.5,1\n")  # inside the grid
+    dryrun(tmp_path)
+    assert "replaces:" not in capfd.readouterr().err
+
+
+def test_a_top_level_figure_says_which_run_it_came_from(tmp_path):
+    """rule publish_figure: figures/<name> is the preset's figure, figures/<name>.source names the run."""
+    (tmp_path / "figures" / "ci").mkdir(parents=True)
+    (tmp_path / "figures" / "ci" / "pass_at_k.pdf").write_bytes(b"%PDF-1.4 the ci preset's figure\n")
+    command = [str(SNAKEMAKE), "figures/pass_at_k.pdf", "-s", str(SNAKEFILE), "--directory", str(tmp_path)]
+    command += ["--configfile", str(REPO / "config.yaml"), "--cores", "1", "--allowed-rules", "publish_figure"]
+    command += ["--config", "preset=ci"]  # options that take several values last: they would swallow the target
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "figures" / "pass_at_k.pdf").read_bytes() == b"%PDF-1.4 the ci preset's figure\n"
+    source = (tmp_path / "figures" / "pass_at_k.pdf.source").read_text().splitlines()
+    assert source[0].startswith("figures/pass_at_k.pdf is a copy of figures/ci/pass_at_k.pdf")
+    assert source[1] == "preset: ci" and source[2].startswith("tasks: ") and source[-1].startswith("copied: 20")

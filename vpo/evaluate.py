@@ -140,7 +140,7 @@ def candidate_frame(
             vectors = task.score_candidates([f[2] for f in found], row["reward_model"]["ground_truth"])
         for (c, slot, candidate, text), vector in zip(found, vectors):
             with task_code(task, "reading the answer of an evaluation candidate", candidate):
-                answer = task.candidate_answer(candidate)
+                answer = task.candidate_answer(candidate, m)
             records.append(
                 {
                     "problem": int(row.get("extra_info", {}).get("index", p)),

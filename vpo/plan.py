@@ -39,6 +39,43 @@ def stale_note(output: str, missing: Sequence[str]) -> str:
     )
 
 
+def aggregated_cells(per_seed_csv: str) -> set[tuple[str, str, int]]:
+    """(task, method, training seed) of every cell an aggregate's per_seed.csv holds (none if it is absent)."""
+    import csv
+
+    if not os.path.exists(per_seed_csv):
+        return set()
+    with open(per_seed_csv, newline="") as handle:
+        return {(row["task"], row["method"], int(row["train_seed"])) for row in csv.DictReader(handle)}
+
+
+def replaced_note(preset: str, aggregated: set, planned: set) -> str | None:
+    """The plan's line when this run's grid leaves out cells the preset's aggregate holds: the aggregates,
+    tables and figures of results/<preset>/ and figures/<preset>/ will be remade without them."""
+    dropped = sorted(aggregated - set(planned))
+    if not dropped:
+        return None
+    shown = ", ".join(f"{t}/{m}/seed{s}" for t, m, s in dropped[:4]) + (
+        f" and {len(dropped) - 4} more" if len(dropped) > 4 else ""
+    )
+    return (
+        f"replaces: results/{preset}/aggregate/ holds {len(dropped)} cell{'s' * (len(dropped) > 1)} this run's grid "
+        f"leaves out ({shown}); "
+        f"its aggregates, tables and figures (results/{preset}/, figures/{preset}/, figures/*) will be remade "
+        "without them. To keep them, copy those folders first or run this grid as a preset of its own name "
+        "(config.yaml `presets:`)"
+    )
+
+
+def figure_source_note(target: str, source: str, preset: str, grid: dict) -> str:
+    """The sidecar of a top-level figure copy (figures/<name>.source): which run's figure it is (the rule
+    adds the time it was copied)."""
+    lines = [f"{target} is a copy of {source}, made by the run below; another run's copy replaces both files.",
+             f"preset: {preset}"]  # fmt: skip
+    lines += [f"{key}: {', '.join(str(v) for v in values)}" for key, values in grid.items()]
+    return "\n".join(lines) + "\n"
+
+
 # Snakemake's planning cost, measured on 2 cores: 10,000 seeds of the cpu grid planned 170,059 jobs in
 # 10 min 03 s and 3.46 GB before the first job started
 PLAN_SECONDS_PER_JOB = 603 / 170_059

@@ -197,9 +197,14 @@ class Task:
         slots = list(self.answer_slots(str(text), m))[:m]
         return slots + [""] * (m - len(slots))
 
-    def candidate_answer(self, candidate: str) -> str:
-        """The answer a candidate holds, in the task's normal form ("" when it holds none): what the
-        parse rate and the distinct-answer counts read."""
+    def candidate_answer(self, candidate: str, m: int) -> str:
+        """The answer an evaluation candidate holds ("" when it holds none): what the parse rate and the
+        distinct-answer counts read, found by the parser training uses. A single-answer candidate (m = 1)
+        is a whole response: its `split_answers(candidate, 1)`. A multi-answer candidate (m > 1) is a slot
+        `answer_slots` already took out of its response, as `split_answers(response, m)` takes the
+        answers training counts: a non-empty slot is an answer, its text stripped."""
+        if m > 1:
+            return str(candidate).strip()
         answers = self.split_answers(str(candidate), 1)
         return answers[0] if answers else ""
 

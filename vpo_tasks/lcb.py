@@ -251,8 +251,8 @@ class LcbTask(Task):
     def answer_slots(self, text: str, m: int) -> list[str]:
         return eval_solutions(text, m)
 
-    def candidate_answer(self, candidate: str) -> str:
-        return eval_program(candidate)
+    def candidate_answer(self, candidate: str, m: int) -> str:
+        return eval_program(candidate)  # a single chain and a slot alike: the program the evaluation runs
 
     def score_answers(self, answers: Sequence[str], ground_truth: dict[str, Any]) -> list[list[float]]:
         """`score_answer` of each answer, their programs run as one batch."""

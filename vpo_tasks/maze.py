@@ -271,6 +271,11 @@ class MazeTask(Task):
     def parses(self, text: str) -> bool:
         return bool(parse_moves(str(text)))
 
+    def candidate_answer(self, candidate: str, m: int) -> str:
+        """The moves a candidate holds, space-joined ("" for none): a slot parses as a route of
+        `split_answers(response, m)` does, a whole response as the single-answer rule."""
+        return " ".join(parse_moves(str(candidate)))
+
     def strategy_key(self, text: str, ground_truth: dict[str, Any], matrix: list[list[float]]) -> str:
         """The route walked: the cells each answer enters, in order, up to the exit or the step limit (moves
         into walls enter nothing, so two answers that bump differently but walk alike are one strategy)."""
