@@ -5,6 +5,8 @@ them), and TRL's own GRPO is compared with the project's on the same rewards."""
 
 from __future__ import annotations
 
+import collections
+
 import hashlib
 import json
 
@@ -119,6 +121,8 @@ def test_the_advantages_are_the_estimators_of_the_rescored_completions_in_trls_g
         )
     np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
     assert np.abs(expected).max() > 1e-3  # a comparison of advantages that move
+    # the completions table (W&B's) shows the advantages the loss uses, not TRL's own
+    np.testing.assert_allclose(list(trainer._logs["advantages"]), expected, rtol=1e-6, atol=1e-6)
     logged = trainer._metrics["eval"]  # outside train() the model is in eval mode
     assert logged["advantage/std"] and logged["pool_diversity"]
     if method == "vpo":
@@ -168,6 +172,51 @@ def test_a_served_judges_keys_are_what_poly_epo_trains_on(one_batch):
     )  # fmt: skip
     np.testing.assert_allclose(output["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)
     assert trainer.last_batch["strategies"] == keys and trainer._metrics["eval"]["judge/failed_groups"] == [0.0]
+
+
+def test_the_completions_table_shows_the_estimators_advantages_where_trls_differ(one_batch):
+    """VPO's advantages are not TRL's group z-scores of the summed scalar (differences up to about 1.3 were
+    logged before): the table holds the estimator's, and TRL's private stores this reads are where TRL
+    1.16 keeps them (a TRL whose internals moved fails here, not silently)."""
+    trainer = one_batch("vpo", scorer=synthetic_scorer, estimator_seed=7)
+    assert isinstance(trainer._logs["advantages"], collections.deque) and set(trainer._metrics) == {"train", "eval"}
+    batch = rows_of(trainer)
+    output = trainer._generate_and_score_completions(batch)
+    scores = np.array([r["score"] for r in trainer.matrix_reward.results]).reshape(-1, N)
+    trls = ((scores - scores.mean(1, keepdims=True)) / (scores.std(1, ddof=1, keepdims=True) + 1e-4)).ravel()
+    ours = output["advantages"].numpy()
+    assert np.abs(ours - trls).max() > 0.05
+    np.testing.assert_allclose(list(trainer._logs["advantages"]), ours, rtol=1e-6, atol=1e-6)
+    del trainer._logs["advantages"]  # as if TRL kept them elsewhere
+    with pytest.raises(RuntimeError, match="internals moved"):
+        trainer._log_advantages(ours)
+
+
+def test_the_portable_route_is_vpos_advantage_up_to_a_constant_and_trls_epsilon(one_batch):
+    """Plain TRL (its own GRPOTrainer, scale_rewards="group") with `VPOScore` as its reward function: its
+    advantages are sqrt((N - 1) / N) x the project's VPO advantages of the same completions and weights,
+    but for the epsilons under the standard deviations (TRL 1e-4, the project 1e-6)."""
+    from trl import GRPOTrainer
+
+    from vpo.advantage import vpo_advantage
+    from vpo.trl_ext.portable import VPOScore
+
+    reward = VPOScore(synthetic_scorer, n_weights=50, seed=3)
+    trainer = one_batch(None, trainer_class=GRPOTrainer, reward_funcs=[reward], changes={"scale_rewards": "group"})
+    output = trainer._generate_and_score_completions(rows_of(trainer))
+    keys, matrices, weights = reward.last["keys"], reward.last["matrices"], reward.last["weights"]
+    assert len(set(keys)) == 2 and all(w.shape == (50, 4) for w in weights.values())
+    ours, _ = vpo_advantage(matrices, keys, weights=weights)
+    trls = output["advantages"].numpy()
+    assert np.abs(ours).max() > 0.5  # advantages that move
+    np.testing.assert_allclose(trls, np.sqrt((N - 1) / N) * ours, atol=2e-3)
+    # written out: TRL's scaling of the reward function's scores, the epsilon and the unbiased std its own
+    scores = np.asarray(reward.last["scores"]).reshape(-1, N)
+    by_hand = (scores - scores.mean(1, keepdims=True)) / (scores.std(1, ddof=1, keepdims=True) + 1e-4)
+    np.testing.assert_allclose(trls, by_hand.ravel(), rtol=1e-5, atol=1e-6)
+    # the group's weights depend on the prompt, the step and the seed, not on the order of the call
+    again = VPOScore(synthetic_scorer, n_weights=50, seed=3)
+    assert np.array_equal(again.group_weights(keys[0], 4, 0), weights[keys[0]])
 
 
 def test_trls_own_grpo_is_the_projects_grpo_but_for_its_epsilon(one_batch):
@@ -229,6 +278,57 @@ def test_the_recipe_in_docs_trl_md_runs_as_written(tiny_multi_base_model, tmp_pa
         "sub_scores": json.dumps([[1.0, 1 - 1 / 7], [0.0, 0.0]]),
     }
     assert json.loads(scope["score"]("no tags at all", target=7)["sub_scores"]) == [[0.0, 0.0]]
+
+
+def test_the_recipes_settings_learn_on_a_task_the_tiny_model_scores(
+    tiny_maze_data, tiny_multi_base_model, tmp_path, monkeypatch
+):
+    """The recipe's toy task gives the tiny maze model no reward (it writes routes, not sums), so its run
+    above proves steps, not learning. Its settings (`args`) on a task the tiny model scores on: each answer
+    slot of the maze rows' m = 3 prompts scored by the share of its words that are moves and by whether it
+    is written at all (k = 2). Rewards differ within groups, the advantages move, the loss and gradient are
+    not 0, and the update changes the model."""
+
+    def moves(completion: str, **_) -> dict:
+        slots = re.findall(r"<route_\d+>(.*?)</route_\d+>", completion, re.S) or [completion]
+        rows = [
+            [
+                sum(w in ("UP", "DOWN", "LEFT", "RIGHT") for w in s.split()) / max(len(s.split()), 1),
+                float(bool(s.strip())),
+            ]
+            for s in slots[:3]
+        ]
+        return {"score": max(sum(r) for r in rows), "sub_scores": json.dumps(rows)}
+
+    import re
+    from pathlib import Path
+
+    import torch
+
+    from vpo.trl_ext.trainer import EstimatorGRPOTrainer, task_dataset
+
+    block = re.findall(
+        r"```python\n(.*?)```", (Path(__file__).resolve().parents[1] / "docs" / "trl.md").read_text(), re.S
+    )[0]
+    code = re.sub(r"^MODEL = .*$", f"MODEL = {str(tiny_multi_base_model)!r}", block, count=1, flags=re.M)
+    code = re.sub(r"^STEPS = .*$", "STEPS = 2", code, count=1, flags=re.M).replace("trainer.train()", "")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "docs/trl.md", "exec"), scope)
+    trainer = EstimatorGRPOTrainer(
+        scope["MODEL"], method="vpo", args=scope["args"], train_dataset=task_dataset(str(tiny_maze_data), "vpo"),
+        scorer=moves, method_settings={"alpha": 1.0, "n_weights": 100},
+    )  # fmt: skip
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    generated = [row for row in trainer.state.log_history if "pool_diversity" in row]
+    assert len(generated) == 2 and trainer.state.global_step == 4
+    assert max(row["rewards/vpo_score/mean"] for row in generated) > 0
+    assert max(row["rewards/vpo_score/std"] for row in generated) > 0  # rewards that differ: advantages that move
+    assert max(row["advantage/std"] for row in generated) > 0.5
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.model.parameters()))
+    assert max(abs(row.get("grad_norm", 0.0)) for row in trainer.state.log_history) > 0
+    assert max(abs(row.get("loss", 0.0)) for row in trainer.state.log_history) > 0
 
 
 def trl_train_args(cfg, data, base, out, method="vpo"):

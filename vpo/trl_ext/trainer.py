@@ -31,15 +31,13 @@ from typing import Any, Callable
 import numpy as np
 
 from vpo.strategy_judge import judge_from_settings
-from vpo.trl_ext import require_supported_trl
+from vpo.trl_ext import SUPPORTED_TRL, require_supported_trl
+from vpo.trl_ext.portable import TRL_KEYWORDS  # what TRL passes a reward function besides the row's columns
 
 require_supported_trl()
 
 import torch  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
-
-# what TRL passes a reward function besides the dataset's columns
-TRL_KEYWORDS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
 
 
 def task_scorer(
@@ -195,6 +193,7 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         output["advantages"] = torch.as_tensor(
             advantages[local], dtype=torch.float32, device=output["advantages"].device
         )
+        self._log_advantages(advantages)
         diagnostics = {**diagnostics, **judged}
         for key, value in diagnostics.items():
             if np.isscalar(value):
@@ -213,6 +212,19 @@ class EstimatorGRPOTrainer(GRPOTrainer):
             "ended": self.accelerator.gather(ended).cpu().numpy(),
         }
         return output
+
+    def _log_advantages(self, advantages: np.ndarray) -> None:
+        """The completions table (`log_completions`, what W&B shows) with the advantages the loss uses:
+        TRL has just logged its own for the whole generation batch; they are replaced in place."""
+        logged = getattr(self, "_logs", {}).get("advantages")
+        if logged is None or len(logged) < len(advantages):
+            raise RuntimeError(
+                f"TRL {SUPPORTED_TRL}.x keeps the completions table's advantages in `_logs['advantages']`; this TRL "
+                "does not: its internals moved (see vpo/trl_ext/__init__.py)"
+            )
+        for _ in range(len(advantages)):
+            logged.pop()
+        logged.extend(float(a) for a in advantages)
 
 
 def task_dataset(data_dir: str, method: str, *, m: int = 3, seed: int = 0, alpha: float | None = 1.0):
