@@ -492,3 +492,40 @@ def test_the_large_plan_note_counts_the_cells_jobs():
         "plan them before the first one starts (fewer seeds, or a target such as one "
         "cell, plan faster)"
     )
+
+
+def test_every_missing_key_is_named_in_one_error(raw):
+    """A plugin's settings block missing three eval keys, and seven other problems: the three are named
+    (not hidden behind "... and N more"), the other problems up to five, then how many more."""
+    bad = copy.deepcopy(raw)
+    for key in ("budget", "top_p", "seeds"):
+        del bad["task_settings"]["maze"]["eval"][key]
+    for method in ("vpo", "vpo_single"):  # seven problems of other kinds
+        bad["method_settings"][method].update(alpha=-1.0, n_weights=0, sampler="x")
+    bad["method_settings"]["goal_cond"]["alpha"] = -1.0
+    with pytest.raises(ConfigError) as err:
+        resolve_config(bad, "ci")
+    text = str(err.value)
+    for key in ("budget", "top_p", "seeds"):
+        assert f"'{key}' is a required property" in text
+    assert text.count("method_settings.") == 5 and "... and 2 more" in text
+    one_more = copy.deepcopy(raw)
+    del one_more["task_settings"]["maze"]["eval"]["budget"]
+    one_more["task_settings"]["maze"]["eval"]["a_typo"] = 1
+    with pytest.raises(ConfigError) as err:
+        resolve_config(one_more, "ci")
+    assert "'budget' is a required property" in str(err.value) and "a_typo" in str(err.value)
+    assert "more" not in str(err.value).split("(allowed keys")[0]
+
+
+def test_eval_gpus_is_needed_by_backend_verl_only(raw):
+    cpu = copy.deepcopy(raw)
+    for task in cpu["task_settings"].values():
+        task["eval"].pop("gpus", None)
+    for preset in ("presets",):
+        for block in cpu[preset].values():
+            for task in (block.get("task_settings") or {}).values():
+                (task.get("eval") or {}).pop("gpus", None)
+    assert resolve_config(cpu, "cpu")["task_settings"]["maze"]["eval"].get("gpus") is None  # the CPU backends
+    with pytest.raises(ConfigError, match="task_settings.maze.eval.gpus: backend verl evaluates with vLLM"):
+        resolve_config(cpu, "paper")

@@ -88,8 +88,12 @@ def _local_trainer_schema() -> dict:
     }
 
 
+SHOWN = 5  # problems of other kinds than a missing key listed by one error
+
+
 def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:
-    """Check cfg against the schema; raise ConfigError listing each bad key (first five)."""
+    """Check cfg against the schema; raise ConfigError listing every missing key and the first SHOWN of
+    the other problems."""
     errors = sorted(_schema_validator().iter_errors(cfg), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
     # YAML's .nan and .inf pass every number rule of a schema
@@ -97,8 +101,13 @@ def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str
     if not lines:
         return
     where = f"{source}{' ' + stage if stage else ''}"
-    errors, lines = lines, lines[:5]
-    more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+    # every missing key is named (a file missing three keys is fixed in one pass); other problems up to
+    # SHOWN, and "... and N more" only for two or more left out
+    missing = [line for line in lines if line.endswith("is a required property")]
+    others = [line for line in lines if line not in missing]
+    shown = others if len(others) <= SHOWN + 1 else others[:SHOWN]
+    more = f"\n  ... and {len(others) - len(shown)} more" if len(shown) < len(others) else ""
+    lines = missing + shown
     raise ConfigError(
         f"invalid config ({where}):\n  "
         + "\n  ".join(lines)

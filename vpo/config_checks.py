@@ -58,6 +58,11 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
             )
         elif cfg["backend"] == "verl" and settings["gpus"] < 1:
             problems.append(f"task_settings.{task}.gpus: backend verl trains on GPUs, so it must be >= 1")
+        if cfg["backend"] == "verl" and "gpus" not in settings["eval"]:  # the CPU backends evaluate in process
+            problems.append(
+                f"task_settings.{task}.eval.gpus: backend verl evaluates with vLLM and needs the GPUs of an "
+                "evaluation job (0 on a machine without one)"
+            )
     absent = [m for m in cfg["evolve"]["select_methods"] if m not in cfg["methods"]]
     if absent:
         problems.append(
