@@ -83,7 +83,7 @@ _TABLE = (
         "scalar",
         "single",
         "Max@k: unbiased gradient of E[best of k]",
-        label="Max-at-K",
+        label="Max@k",
         style=("#E69F00", "--", "s"),
     ),
     Method(

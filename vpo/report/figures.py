@@ -185,12 +185,15 @@ def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str
 
 
 # ---- ablations ---------------------------------------------------------------------------------
-ABLATION_TITLES = {
-    "components": "Which part of VPO does the work: random scalarisation alone (random-weight GRPO), multi-answer "
-    "generation alone (Multi-RLVR), VPO's score on one answer, and both (VPO)",
-    "alpha": "VPO's Dirichlet concentration α (small: weights near the corners; large: near the centre)",
-    "sampler": "VPO's weight sampler: i.i.d. Dirichlet against scrambled Sobol",
-    "m": "Answers per rollout m (the pool stays at the same number of candidates)",
+ABLATION_TITLES = {  # (one-line title, what the caption adds)
+    "components": (
+        "Which part of VPO does the work",
+        "random scalarisation alone (random-weight GRPO), multi-answer generation alone (Multi-RLVR), VPO's "
+        "score on one answer, and both (VPO)",
+    ),
+    "alpha": ("VPO's Dirichlet concentration α", "small: weights near the corners; large: near the centre"),
+    "sampler": ("VPO's weight sampler", "i.i.d. Dirichlet against scrambled Sobol"),
+    "m": ("Answers per rollout m", "the pool stays at the same number of candidates"),
 }
 VALUE_LABELS = {"alpha": ("Dirichlet α", "log"), "m": ("answers per rollout m", "linear")}
 
@@ -234,9 +237,17 @@ def ablation(
         fig,
         axes,
         out,
-        title=ABLATION_TITLES.get(ablation, f"Ablation: {ablation}"),
+        title=ABLATION_TITLES.get(ablation, (f"Ablation: {ablation}", ""))[0],
         n_seeds=n_seeds,
-        note=seed_note(n_seeds, per_seed_lines=per_seed is not None),
+        note="; ".join(
+            filter(
+                None,
+                [
+                    ABLATION_TITLES.get(ablation, ("", ""))[1],
+                    seed_note(n_seeds, per_seed_lines=per_seed is not None) or finish_default_note(n_seeds),
+                ],
+            )
+        ),
         scale=scale,
     )
     return fig
@@ -292,8 +303,10 @@ def evolve(*, curves: pd.DataFrame, task: str, methods: list[str], out, scale: s
         fig,
         axes,
         out,
-        title=f"Evolutionary search (OpenEvolve) on the hardest {task_label(task)} problems",
+        title=f"Evolutionary search (OpenEvolve) on {task_label(task)}",
         n_seeds=n_seeds,
+        note="on the test problems no selecting method solved within the best@k budget, or, when fewer, the "
+        f"lowest-scoring ones (vpo/evolve_select.py); {finish_default_note(n_seeds)}",
         scale=scale,
     )
     return fig

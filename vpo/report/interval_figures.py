@@ -163,25 +163,27 @@ def performance_profiles(
 def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str], out, scale: str | None = None):
     """Per task: the evaluation pool as a multi-objective set, per problem: hypervolume against 0,
     expected utility under Dirichlet(1) weights, distinct non-dominated vectors; mean (open) and IQM
-    (filled) with 95% intervals over seeds x problems."""
-    fig, axes = panel_grid(3 * len(tasks))
-    for t, task in enumerate(tasks):
-        for ax, metric in zip(axes[3 * t : 3 * t + 3], POOL_TITLES):
+    (filled) with 95% intervals over seeds x problems. A task whose every pool has hypervolume 0 (no
+    vector above the reference point in every objective: maze, whose lava objective is 0 on most
+    routes) gets no hypervolume panel, and the caption says so."""
+    panels, left_out = [], []
+    for task in tasks:
+        for metric in POOL_TITLES:
             rows = intervals[(intervals.task == task) & (intervals.metric == metric)]
-            draw_interval_panel(ax, rows, methods)
-            ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
             if metric == "hypervolume" and len(rows) and (rows.high == 0).all():
-                ax.set_xlim(-0.02, 0.1)  # the markers at 0 on the left, the note beside them, not over them
-                ax.text(
-                    0.62,
-                    0.5,
-                    "0 for every pool:\nno vector above the\nreference point in\nevery objective",
-                    transform=ax.transAxes,
-                    ha="center",
-                    va="center",
-                    fontsize="small",
-                    bbox={"facecolor": "white", "edgecolor": "0.7"},
-                )
+                left_out.append(task_label(task))
+            else:
+                panels.append((task, metric, rows))
+    fig, axes = panel_grid(len(panels))
+    for ax, (task, metric, rows) in zip(axes, panels):
+        draw_interval_panel(ax, rows, methods)
+        ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
+    omitted = (
+        f"; hypervolume not drawn for {', '.join(left_out)}: 0 for every pool (no vector above the reference "
+        "point 0 in every objective)"
+        if left_out
+        else ""
+    )
     add_marker_legend(axes[0], methods)
     finish(
         fig,
@@ -191,7 +193,7 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
         n_seeds=_seeds(intervals),
         note="per problem, then 95% stratified-bootstrap intervals over "
         f"{'/'.join(map(str, sorted(_seeds(intervals))))} "
-        "training seeds x problems",
+        f"training seeds x problems{omitted}",
         scale=scale,
         integer_x=False,
     )

@@ -56,6 +56,7 @@ def method_style(method: str) -> dict:
 
 
 FONT_PT = 9  # every text in a figure
+CAPTION_PT = 8  # the caption under a figure's legend (its scale and seeds)
 TEXT_WIDTH_IN = 6.75  # a paper's text width: figures are at most FONT_PT / MIN_FONT_PT times wider
 MIN_FONT_PT = 7  # the smallest text once a figure is scaled to the text width
 PANEL_IN = (4.2, 3.4)  # a panel's width and height when the figure is not limited by the text width
@@ -157,8 +158,9 @@ def finish(
     scale: str | None = None,
     integer_x: bool = True,
 ) -> None:
-    """Shared legend below the panels, a suptitle with the seed count (or `note`); save via a temporary
-    name. integer_x: linear x axes count steps or k (integer ticks); False for continuous values."""
+    """A one-line title, the shared legend below the panels and under it a caption: the run's scale and
+    the seed count (or `note`); save via a temporary name. integer_x: linear x axes count steps or k
+    (integer ticks); False for continuous values."""
     from matplotlib.ticker import MaxNLocator
 
     handles, labels = axes[0].get_legend_handles_labels()
@@ -170,17 +172,20 @@ def finish(
     width_in, height_in = fig.get_size_inches()
     ncol = min(len(labels), max(2, int(width_in / 1.6)))  # a legend entry takes about 1.6 in
     legend_rows = math.ceil(len(labels) / ncol)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
-    width = int(width_in * 72 / (0.55 * FONT_PT))  # characters per title line
-    note = textwrap.fill(note or finish_default_note(n_seeds), width=width)
-    scale_line = textwrap.fill(scale, width=width) + "\n" if scale else ""
-    title = textwrap.fill(title, width=width)
-    fig.suptitle(f"{title}\n{scale_line}{note}", fontsize=FONT_PT)
+    width = int(width_in * 72 / (0.55 * CAPTION_PT))  # characters per caption line
+    seeds = note or finish_default_note(n_seeds)
+    caption = textwrap.fill(" ".join(filter(None, [scale, seeds[:1].upper() + seeds[1:] + "."])), width)
+    caption_in = (caption.count("\n") + 1) * 1.35 * CAPTION_PT / 72 + 0.08
+    fig.text(0.5, 0.04 / height_in, caption, ha="center", va="bottom", fontsize=CAPTION_PT, color="0.25")
+    line_in = 1.45 * FONT_PT / 72  # one line of legend text
+    fig.legend(
+        handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, caption_in / height_in)
+    )
+    fig.suptitle(title, fontsize=FONT_PT + 1)
     for ax in axes:
         if integer_x and ax.get_xscale() == "linear":  # integer steps and k; log axes keep their own ticks
             ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
-    line_in = 1.45 * FONT_PT / 72  # one line of text
-    fig.tight_layout(rect=(0, (0.1 + line_in * legend_rows) / height_in, 1, 1))
+    fig.tight_layout(rect=(0, (0.1 + caption_in + line_in * legend_rows) / height_in, 1, 1))
     with atomic_file(out) as tmp:
         fig.savefig(tmp, format=Path(out).suffix.lstrip(".") or None)
 

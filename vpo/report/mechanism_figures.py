@@ -10,6 +10,10 @@ import pandas as pd
 from vpo.report.kit import METHOD_ORDER, finish, method_style, panel_grid, series_style
 from vpo.report.labels import method_label
 
+# the bandit's Pareto arms: colours no method of the table has (Paul Tol's muted set), so an arm is never
+# read as a method
+ARM_STYLES = [("#332288", "-", "o"), ("#117733", "--", "s"), ("#DDCC77", "-.", "^"), ("#AA4499", ":", "D")]
+
 
 def mechanism_bandit(*, bandit: pd.DataFrame, out):
     """The toy bandit of `vpo.mechanism`: one panel of arm masses per method, then E_w[best of m] and
@@ -24,7 +28,9 @@ def mechanism_bandit(*, bandit: pd.DataFrame, out):
         rows = table[table.method == method]
         for i, arm in enumerate(sorted(PARETO) + dominated):
             if arm in PARETO:  # each Pareto arm its own look; the dominated ones one thin grey look
-                style, lw, label = series_style(i), 1.8, f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"
+                color, ls, marker = ARM_STYLES[i % len(ARM_STYLES)]
+                style, lw = {"color": color, "ls": ls, "marker": marker}, 1.8
+                label = f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"
             else:
                 style, lw = {"color": "#BBBBBB", "ls": "-", "marker": ""}, 1.0
                 label = f"dominated arms ({', '.join(map(str, dominated))})" if arm == dominated[0] else "_nolegend_"
@@ -38,7 +44,9 @@ def mechanism_bandit(*, bandit: pd.DataFrame, out):
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     for ax, column, ylabel in zip(
-        axes[len(methods) :], ("best_of_m", "diversity"), ("E_w[best of m] of the policy", "reward-space diversity")
+        axes[len(methods) :],
+        ("best_of_m", "diversity"),
+        (r"$\mathbb{E}_w$[best of m] of the policy", "reward-space diversity"),
     ):
         for method in methods:
             rows = table[table.method == method]
@@ -59,9 +67,10 @@ def mechanism_bandit(*, bandit: pd.DataFrame, out):
         fig,
         axes,
         out,
-        title="Toy vector-reward bandit trained with each estimator (m = 3 arms per rollout for Multi-RLVR and VPO)",
+        title="Toy vector-reward bandit trained with each estimator",
         n_seeds={int(table.seed.nunique())},
-        note=f"thick: mean over {table.seed.nunique()} seeds; thin: each seed",
+        note=f"m = 3 arms per rollout for Multi-RLVR and VPO; thick: mean over {table.seed.nunique()} seeds; "
+        "thin: each seed",
     )
     return fig
 
@@ -76,7 +85,7 @@ def mechanism_advantage(*, sweeps: pd.DataFrame, out):
         axes[0].plot(rows.covered, rows.raw_mean, ms=3, label=f"k = {k}", **series_style(i))
     axes[0].set(
         xlabel="objectives the rollout's answers reach",
-        ylabel="E_w[best of its answers]",
+        ylabel=r"$\mathbb{E}_w$[best of its answers]",
         title="More of the simplex, higher score",
     )
     alpha = table[table.sweep == "alpha"]
@@ -86,7 +95,7 @@ def mechanism_advantage(*, sweeps: pd.DataFrame, out):
     axes[1].set(
         xscale="log",
         xlabel="Dirichlet alpha",
-        ylabel="E_w[best of its answers]",
+        ylabel=r"$\mathbb{E}_w$[best of its answers]",
         title=f"Alpha ({covered} of {k} reached)",
     )
     sampler = table[table.sweep == "sampler"]
@@ -105,8 +114,9 @@ def mechanism_advantage(*, sweeps: pd.DataFrame, out):
         fig,
         axes,
         out,
-        title="How one rollout's VPO score responds (a group of 8 whose other rollouts each reach one objective)",
+        title="How one rollout's VPO score responds",
         n_seeds={1},
-        note="one-hot answers; means and spreads over 200 independent weight draws",
+        note="a group of 8 whose other rollouts each reach one objective; one-hot answers; means and spreads "
+        "over 200 independent weight draws",
     )
     return fig
