@@ -106,3 +106,18 @@ def test_a_row_that_cannot_be_a_table_row_is_refused(tmp_path, row, words):
     path.write_text(yaml.safe_dump({"settings": [row], "conflicts": []}))
     with pytest.raises(ValueError, match=words):
         record.read_record(path)
+
+
+def test_readme_counts_the_records_deviations_and_the_document_lists_them():
+    """README says in how many settings the paper preset departs (a number kept true by this test) and
+    points to the list, which `python -m vpo.record` writes from the YAML."""
+    import re as regex
+
+    from vpo.record import DEVIATIONS_END, DEVIATIONS_START, deviations
+
+    readme = (DOCS.parent / "README.md").read_text()
+    said = regex.search(r"It departs from their setup in (\d+)\s+settings", readme)
+    assert said and int(said.group(1)) == len(deviations()) >= 10
+    document = (DOCS / "reproducibility.md").read_text()
+    listed = document.split(DEVIATIONS_START)[1].split(DEVIATIONS_END)[0].strip().splitlines()
+    assert listed == [f"- {line}" for line in deviations()]

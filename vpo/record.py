@@ -95,6 +95,19 @@ def with_tables(document: str, record: dict[str, list[dict[str, str]]]) -> str:
     return document
 
 
+DEVIATIONS_START = "<!-- list deviations: docs/reproducibility.yaml, written by `python -m vpo.record` -->"
+DEVIATIONS_END = "<!-- end of list deviations -->"
+
+
+def with_deviations(document: str, path: Path | None = None) -> str:
+    """The document with the list of deviations (every settings row with a `differs`) between its markers."""
+    pattern = re.compile(re.escape(DEVIATIONS_START) + r"\n.*?" + re.escape(DEVIATIONS_END), re.DOTALL)
+    if not pattern.search(document):
+        raise ValueError(f"docs/reproducibility.md has no markers {DEVIATIONS_START!r} ... {DEVIATIONS_END!r}")
+    body = "\n".join(f"- {line}" for line in deviations(path))
+    return pattern.sub(lambda _: f"{DEVIATIONS_START}\n{body}\n{DEVIATIONS_END}", document)
+
+
 def as_rst(text: str) -> str:
     """A line of the record's Markdown as reStructuredText for the HTML report's front page
     (workflow/report/workflow.rst inserts it as is): `code` becomes ``code``, and *, _, | and
@@ -116,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only check: exit 1 when the document differs")
     args = parser.parse_args(argv)
     current = DOCUMENT.read_text(encoding="utf-8")
-    wanted = with_tables(current, read_record())
+    wanted = with_deviations(with_tables(current, read_record()))
     if args.check:
         if wanted != current:
             print(f"{DOCUMENT} is not what {DATA} gives: run `python -m vpo.record`", file=sys.stderr)
