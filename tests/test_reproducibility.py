@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vpo.record import deviations, settings_rows
+from vpo.record import deviations, read_record, settings_rows
 
 pytest.importorskip("verl")
 pytestmark = pytest.mark.slow  # real veRL and Hydra imports
@@ -51,7 +51,9 @@ def composed():
 
 def test_the_record_has_a_source_for_every_authors_value():
     rows = settings_rows()
-    assert len(rows) >= 40 and len(deviations()) == sum(1 for r in rows if r["differs"]) >= 5
+    evaluation = read_record()["evaluation"]
+    marked = sum(1 for r in rows + evaluation if r["differs"])
+    assert len(rows) >= 40 and len(deviations()) == marked >= 5
     for row in rows:
         assert row["authors"] and row["source"], row
         if row["key"] != "-":
@@ -136,3 +138,24 @@ def test_poly_epos_keyed_rows_are_what_a_paper_preset_poly_epo_cell_runs():
         "PPO clip ratio (low, high)", "gradient clip", "KL loss", "loss aggregation", "model, data, batch and lengths",
         "strategy clusters", "a failed judge call",
     ]  # fmt: skip
+
+
+def test_every_evaluation_row_is_what_vpo_eval_reads_for_the_paper_preset():
+    """docs/evaluation.md's settings table (the record's `evaluation:` rows): each key against the paper
+    preset's task_settings.<task>.eval, which `vpo eval` reads; every task of the preset has every row."""
+    from vpo.config import load_config, task_settings
+    from vpo.record import read_record
+
+    cfg = load_config(str(REPO / "config.yaml"), preset="paper")
+    rows = read_record()["evaluation"]
+    settings = {row["setting"] for row in rows}
+    assert {(row["task"], s) for row in rows for s in settings} >= {(t, s) for t in cfg["tasks"] for s in settings}
+    for row in rows:
+        kind, key = row["key"].split(":", 1)
+        assert kind == "eval" and row["authors"] and row["source"], row
+        got = task_settings(cfg, row["task"])["eval"]
+        for part in key.split("."):
+            got = got[part]
+        assert got == yaml.safe_load(row["ours"]), (
+            f"{row['task']} {row['setting']}: record {row['ours']!r}, preset {got!r}"
+        )

@@ -18,6 +18,7 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DATA = DOCS / "reproducibility.yaml"
 DOCUMENT = DOCS / "reproducibility.md"
+EVALUATION = DOCS / "evaluation.md"  # the evaluation table's document; every other table is DOCUMENT's
 # each table: its YAML list, then (YAML field, the document's column heading) in order
 TABLES = {
     "settings": [
@@ -30,6 +31,15 @@ TABLES = {
         ("differs", "differs"),
     ],
     "conflicts": [("what", "what"), ("one", "one source says"), ("another", "another says"), ("follow", "we follow")],
+    "evaluation": [
+        ("task", "task"),
+        ("setting", "setting"),
+        ("authors", "authors"),
+        ("source", "source"),
+        ("ours", "ours"),
+        ("key", "key"),
+        ("differs", "differs"),
+    ],
     "peers": [
         ("setting", "setting"),
         ("authors", "Poly-EPO's authors"),
@@ -64,10 +74,15 @@ def settings_rows(path: Path | None = None) -> list[dict[str, str]]:
 
 
 def deviations(path: Path | None = None) -> list[str]:
-    """One line per setting the paper preset runs differently from the authors: what, ours, why."""
+    """One line per setting the paper preset runs differently from the authors (training settings, then
+    evaluation settings per task): what, ours, why."""
+    record = read_record(path)
+    rows = record["settings"] + [
+        {**row, "setting": f"{row['task']} evaluation, {row['setting']}"} for row in record["evaluation"]
+    ]
     return [
         f"{row['setting']}: ours {row['ours']}, the authors' {row['authors']} ({row['differs']})"
-        for row in settings_rows(path)
+        for row in rows
         if row["differs"]
     ]
 
@@ -80,16 +95,16 @@ def markdown_table(table: str, rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def with_tables(document: str, record: dict[str, list[dict[str, str]]]) -> str:
-    """The document with each table between its markers written from the record."""
-    for table in TABLES:
+def with_tables(document: str, record: dict[str, list[dict[str, str]]], tables=None) -> str:
+    """The document with each of `tables` (default: every table) between its markers written from the record."""
+    for table in tables or TABLES:
         start, end = (
             f"<!-- table {table}: docs/reproducibility.yaml, written by `python -m vpo.record` -->",
             f"<!-- end of table {table} -->",
         )
         pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(document):
-            raise ValueError(f"docs/reproducibility.md has no markers {start!r} ... {end!r}")
+            raise ValueError(f"the document has no markers {start!r} ... {end!r}")
         body = markdown_table(table, record[table])
         document = pattern.sub(lambda _: f"{start}\n{body}\n{end}", document)
     return document
@@ -128,16 +143,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="only check: exit 1 when the document differs")
     args = parser.parse_args(argv)
-    current = DOCUMENT.read_text(encoding="utf-8")
-    wanted = with_deviations(with_tables(current, read_record()))
-    if args.check:
+    record = read_record()
+    main_tables = [t for t in TABLES if t != "evaluation"]
+    differ = []
+    for document, build in (
+        (DOCUMENT, lambda text: with_deviations(with_tables(text, record, main_tables))),
+        (EVALUATION, lambda text: with_tables(text, record, ["evaluation"])),
+    ):
+        current = document.read_text(encoding="utf-8")
+        wanted = build(current)
         if wanted != current:
-            print(f"{DOCUMENT} is not what {DATA} gives: run `python -m vpo.record`", file=sys.stderr)
-            return 1
-        return 0
-    if wanted != current:
-        DOCUMENT.write_text(wanted, encoding="utf-8")
-        print(f"wrote the tables of {DOCUMENT}")
+            differ.append(document)
+            if not args.check:
+                document.write_text(wanted, encoding="utf-8")
+                print(f"wrote the tables of {document}")
+    if args.check and differ:
+        print(f"{', '.join(map(str, differ))}: not what {DATA} gives: run `python -m vpo.record`", file=sys.stderr)
+        return 1
     return 0
 
 
