@@ -165,3 +165,18 @@ def test_every_test_a_document_cites_exists():
         if not re.search(rf"^def {name}\(", (REPO / path).read_text(), re.M)
     ]
     assert not missing, f"cited tests that do not exist: {missing}"
+
+
+BACKENDS = ("vpo.local", "vpo.trl_ext", "vpo.verl_ext")
+
+
+def test_the_backends_sit_side_by_side():
+    """No training backend imports another's package (function-level imports included): what two of them
+    share lives in vpo/backend.py (docs/architecture.md)."""
+    known = modules()
+    for name, path in known.items():
+        own = next((b for b in BACKENDS if name == b or name.startswith(b + ".")), None)
+        if own is None:
+            continue
+        others = {m for m in imports(path, top_level_only=False) for b in BACKENDS if b != own and m.startswith(b)}
+        assert not others, f"{name} (backend {own}) imports {sorted(others)}: move what they share to vpo/backend.py"

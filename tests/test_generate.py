@@ -117,7 +117,8 @@ def test_vllm_engine_kwargs_per_machine():
 def test_a_damaged_model_file_is_named_with_the_command_that_rebuilds_it(tmp_path):
     """A truncated merged model.safetensors once stopped evaluation with 'invalid header length' alone."""
     from vpo.generate import load_pretrained
-    from vpo.local.model import build_model, build_tokenizer, save_pretrained_atomic
+    from vpo.backend import save_pretrained_atomic
+    from vpo.local.model import build_model, build_tokenizer
     from vpo.tiny_llama import TinyModelSettings
 
     tokenizer = build_tokenizer(["a b c"])

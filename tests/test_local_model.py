@@ -10,8 +10,8 @@ from vpo.local.model import (
     build_model,
     build_tokenizer,  # noqa: E402
     frequent_phrases,
-    save_pretrained_atomic,
 )
+from vpo.backend import save_pretrained_atomic  # noqa: E402
 from vpo.tiny_llama import TinyModelSettings  # noqa: E402
 
 PROMPTS = [

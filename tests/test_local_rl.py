@@ -98,7 +98,7 @@ def test_batch_indices_cover_each_epoch_once_and_are_deterministic():
 
 
 def test_group_pool_diversity_hand_value():
-    from vpo.local.trainer import group_pool_diversity
+    from vpo.metrics import group_pool_diversity
 
     subs = [np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]])]
     # group 0: one pair at L1 distance 2; group 1: identical answers, distance 0.

@@ -181,7 +181,8 @@ def test_train_cli_writes_run_directory(
 def test_same_seed_same_metrics_and_seed_changes_them(
     tiny_maze_data, tiny_multi_base_model, tiny_local_settings, tmp_path
 ):
-    from vpo.local.trainer import RunSpec, train_local
+    from vpo.backend import RunSpec
+    from vpo.local.trainer import train_local
 
     def run(name, seed):
         spec = RunSpec(
@@ -307,7 +308,7 @@ def test_base_model_cli_writes_model_and_base_json_last(tiny_config, tiny_maze_d
 
 # ---- a rerun is the run it claims to be --------------------------------------------------------
 def _spec(data, base, out, settings, config_hash="h1"):
-    from vpo.local.trainer import RunSpec
+    from vpo.backend import RunSpec
 
     return RunSpec("maze", "grpo", 0, str(data), str(base), str(out), settings, {}, m=3, config_hash=config_hash)
 

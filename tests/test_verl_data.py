@@ -119,7 +119,7 @@ def test_both_backends_build_identical_rows_with_a_non_default_alpha(maze_files,
     from verl.trainer.ppo.utils import create_rl_dataset
 
     from vpo.config import deep_merge, load_config
-    from vpo.local.trainer import prepare_rows
+    from vpo.backend import prepare_rows
     from vpo.methods import get_method
     from vpo.verl_ext.command import build_command
 

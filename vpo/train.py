@@ -184,7 +184,8 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
         )
 
     from vpo.settings import LocalTrainerSettings
-    from vpo.local.trainer import RunSpec, train_local
+    from vpo.backend import RunSpec
+    from vpo.local.trainer import train_local
 
     if backend == "trl":
         from vpo.trl_ext.run import train_trl as train_local  # the same RunSpec, the same return value

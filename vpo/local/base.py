@@ -131,7 +131,8 @@ def build_base_model(
 
     from vpo.atomic import write_json_atomic
     from vpo.data import read_rows
-    from vpo.local.model import count_parameters, save_pretrained_atomic
+    from vpo.backend import save_pretrained_atomic
+    from vpo.local.model import count_parameters
     from vpo.task import resolve
 
     if mode not in PROMPT_MODES:

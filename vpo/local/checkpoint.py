@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from vpo.atomic import atomic_dir, set_aside, write_text_atomic
+from vpo.atomic import atomic_dir, set_aside
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 RECORD = "record.json"
@@ -112,24 +112,3 @@ def load_trainer_state(checkpoint_dir: str | os.PathLike) -> dict:
             raise ValueError(f"{path}: {' '.join(str(err).split())[:200]}") from err
     # tensors, the optimizer's plain state and the numpy generator's state dict: safe to load as weights only
     return torch.load(checkpoint_dir / "trainer_state.pt", weights_only=True)
-
-
-def truncate_metrics(path: str | os.PathLike, last_step: int) -> int:
-    """Keep only the lines of `metrics.jsonl` with step <= last_step (rewritten atomically).
-
-    A run killed after its last checkpoint may have logged later steps; the resumed run logs them
-    again, so they are dropped first. Returns the number of lines kept.
-    """
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by the kill
-        if record.get("step", 0) <= last_step:
-            kept.append(line)
-    write_text_atomic(path, "".join(line + "\n" for line in kept))
-    return len(kept)

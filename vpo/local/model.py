@@ -8,12 +8,9 @@ short enough for a model of a few hundred thousand parameters to learn the outpu
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Iterable, Sequence
-from vpo.atomic import atomic_dir
 
 # CHAT_TEMPLATE is rendered by `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`
 from vpo.tiny_llama import CHAT_TEMPLATE, TinyModelSettings
@@ -136,12 +133,3 @@ def build_model(
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def save_pretrained_atomic(model, tokenizer, out_dir: str | os.PathLike) -> Path:
-    """Save model + tokenizer to `out_dir` through vpo.atomic.atomic_dir: a killed writer leaves
-    only a hidden temporary sibling, never a half-written `out_dir`."""
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return Path(out_dir)

@@ -13,36 +13,25 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from vpo.local import checkpoint as ckpt
-from vpo.metrics import group_pool_diversity, group_strategies
+from vpo.backend import (
+    RunSpec,
+    check_base_model,
+    prepare_rows,
+    rollout_record,
+    save_pretrained_atomic,
+    truncate_metrics,
+)
 from vpo.settings import LocalTrainerSettings
 from vpo.strategy_judge import judge_from_settings, row_question
 from vpo.progress import Progress
 
 log = logging.getLogger("vpo.local.trainer")
-
-
-@dataclass
-class RunSpec:
-    """One training cell."""
-
-    task: str  # task name (vpo.task registry)
-    method: str  # method name (vpo.methods.METHODS)
-    seed: int  # training seed: data order, rollouts, weight draws, goal weights
-    data_dir: str  # directory with train.parquet
-    base_model: str  # warm-started Hugging Face model directory (`vpo base-model`)
-    out_dir: str  # the run directory
-    settings: LocalTrainerSettings  # config.yaml's local_trainer block
-    method_settings: dict = field(default_factory=dict)  # estimator knobs (alpha, sampler, n_weights, k)
-    m: int = 3  # answers per rollout for multi-answer methods
-    preset: str = "cpu"  # recorded in train.json
-    config_hash: str = ""  # recorded in train.json
-    wandb: dict | None = None  # config.yaml's wandb block (vpo.tracking); None: no W&B run
 
 
 def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
@@ -58,12 +47,6 @@ def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
     return [int(i) for i in order[slot * batch : (slot + 1) * batch]]
 
 
-def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float | None = 1.0) -> list[dict]:
-    from vpo.prompts import prepare_row
-
-    return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
-
-
 def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
     """compute_score of every rollout (its score, sub_scores, channels, acc and num_answers)."""
     from vpo.reward import compute_score
@@ -72,23 +55,6 @@ def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
         compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
         for row, text in zip(rows, texts)
     ]
-
-
-def check_base_model(spec: RunSpec, method, m: int) -> None:
-    """Raise ValueError unless `spec.base_model` was warm-started on the prompt form (and m) of `method`."""
-    base = Path(spec.base_model)
-    built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
-    if built.get("mode", method.prompt) != method.prompt:
-        raise ValueError(
-            f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
-            f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
-            f"(vpo base-model --mode {method.prompt})"
-        )
-    if method.prompt == "multi" and built.get("m", m) != m:
-        raise ValueError(
-            f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
-            f"build its base with `vpo base-model --mode multi --m {m}`"
-        )
 
 
 @dataclass
@@ -154,21 +120,17 @@ class Learner:
         stats = policy_update(self.policy, self.optimizer, batch, adv, ref_logp, cfg)
         return {
             "step": step,
-            "score_mean": float(scores.mean()),
-            "score_max": float(scores.max()),
-            **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in self.task.objective_names},
-            "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
-            "pool_diversity": group_pool_diversity(subs, group_ids),
-            "strategies_per_group": group_strategies(keys, group_ids),
-            **judged,
-            "advantage/max": float(np.max(advantages)),
-            "advantage/min": float(np.min(advantages)),
-            "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
-            **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
-            "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
-            "response_length_mean": float(mask.sum(1).mean()),
-            # stopped by max_new_tokens before the end-of-sequence token
-            "truncated_share": float(np.mean([not r or r[-1] != tokenizer.eos_token_id for r in responses])),
+            **rollout_record(
+                results,
+                group_ids,
+                objectives=self.task.objective_names,
+                sub_scores=subs,
+                strategies=keys,
+                advantages=advantages,
+                diagnostics={**diagnostics, **judged},
+                lengths=mask.sum(1).numpy(),
+                ended=[bool(r) and r[-1] == tokenizer.eos_token_id for r in responses],
+            ),
             **{key: float(np.mean(values)) for key, values in stats.items()},
             "generation_s": round(t_gen, 4),
             "step_s": round(time.time() - t_step, 4),
@@ -263,7 +225,6 @@ def train_local(spec: RunSpec) -> dict:
     import torch
 
     from vpo import tracking
-    from vpo.local.model import save_pretrained_atomic
     from vpo.local.rl import optimizer_for
     from vpo.methods import get_method
     from vpo.task import resolve
@@ -281,7 +242,7 @@ def train_local(spec: RunSpec) -> dict:
     record = run_record(spec, m)
     optimizer, start_step = resume(ckpt_root, record, models, optimizer, np_rng, cfg)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.truncate_metrics(metrics_path, start_step)
+    truncate_metrics(metrics_path, start_step)
     models.policy.train()
     tracker = start_tracking(spec, m, out)
     learner = learner_for(spec, models, optimizer, method, task, np_rng)

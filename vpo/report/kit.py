@@ -174,7 +174,10 @@ def finish(
     legend_rows = math.ceil(len(labels) / ncol)
     width = int(width_in * 72 / (0.55 * CAPTION_PT))  # characters per caption line
     seeds = note or finish_default_note(n_seeds)
-    caption = textwrap.fill(" ".join(filter(None, [scale, seeds[:1].upper() + seeds[1:] + "."])), width)
+    scale = scale.strip().rstrip(".") + "." if scale else None  # a sentence, then the seeds' sentence
+    if len(seeds.split(" ", 1)[0]) > 1:  # a sentence starts upper case; "m = 3 ..." keeps its symbol
+        seeds = seeds[:1].upper() + seeds[1:]
+    caption = textwrap.fill(" ".join(filter(None, [scale, seeds + "."])), width)
     caption_in = (caption.count("\n") + 1) * 1.35 * CAPTION_PT / 72 + 0.08
     fig.text(0.5, 0.04 / height_in, caption, ha="center", va="bottom", fontsize=CAPTION_PT, color="0.25")
     line_in = 1.45 * FONT_PT / 72  # one line of legend text

@@ -12,7 +12,7 @@ from vpo.report.labels import method_label
 
 # the bandit's Pareto arms: colours no method of the table has (Paul Tol's muted set), so an arm is never
 # read as a method
-ARM_STYLES = [("#332288", "-", "o"), ("#117733", "--", "s"), ("#DDCC77", "-.", "^"), ("#AA4499", ":", "D")]
+ARM_STYLES = [("#332288", "-", "o"), ("#999933", "--", "s"), ("#DDCC77", "-.", "^"), ("#661100", ":", "D")]
 
 
 def mechanism_bandit(*, bandit: pd.DataFrame, out):

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vpo.metrics import group_strategies
+from vpo.backend import check_base_model, rollout_record, save_pretrained_atomic, truncate_metrics
+from vpo.rollouts import as_matrix
 
 log = logging.getLogger("vpo.trl_ext.run")
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
@@ -98,8 +99,7 @@ def checkpoint_damage(path: Path) -> str | None:
 def step_record(batch: dict, logs: list[dict], *, step: int, objectives, settings) -> dict:
     """The metrics.jsonl record of RL step `step`: the generation batch's (from EstimatorGRPOTrainer's
     `last_batch`) and the mean of its optimizer steps' TRL logs."""
-    results, ended = batch["results"], batch["ended"]
-    scores = np.array([float(r["score"]) for r in results])
+    results = batch["results"]
 
     def mean_of(key):
         return float(np.mean([row[key] for row in logs if key in row]))
@@ -107,23 +107,17 @@ def step_record(batch: dict, logs: list[dict], *, step: int, objectives, setting
     kl, entropy = mean_of("kl") if settings.kl_coef else 0.0, mean_of("entropy")
     return {
         "step": step,
-        "score_mean": float(scores.mean()),
-        "score_max": float(scores.max()),
-        **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in objectives},
-        "acc": float(np.mean([r["acc"] for r in results])),
-        "pool_diversity": batch["pool_diversity"],
-        # TRL's sampler repeats each prompt rollouts_per_prompt times in a row
-        "strategies_per_group": group_strategies(
-            batch.get("strategies") or [r.get("strategy") for r in results],
-            np.arange(len(results)) // settings.rollouts_per_prompt,
+        **rollout_record(
+            results,
+            np.arange(len(results)) // settings.rollouts_per_prompt,  # TRL repeats each prompt n times in a row
+            objectives=objectives,
+            sub_scores=[as_matrix(r["sub_scores"]) for r in results],
+            strategies=batch.get("strategies"),
+            advantages=batch["advantages"],
+            diagnostics=batch["diagnostics"],
+            lengths=batch["lengths"],
+            ended=batch["ended"],
         ),
-        "advantage/max": float(np.max(batch["advantages"])),
-        "advantage/min": float(np.min(batch["advantages"])),
-        "advantage/zero_frac": float(np.mean(np.abs(batch["advantages"]) < 1e-12)),
-        **{key: float(value) for key, value in batch["diagnostics"].items() if np.isscalar(value)},
-        "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
-        "response_length_mean": float(np.mean(batch["lengths"])),
-        "truncated_share": float(np.mean(~ended)),
         "pg_loss": mean_of("loss") - settings.kl_coef * kl + settings.entropy_coef * entropy,
         "kl": kl,
         "entropy": entropy,
@@ -134,13 +128,10 @@ def step_record(batch: dict, logs: list[dict], *, step: int, objectives, setting
 
 
 def train_trl(spec) -> dict:
-    """Run (or resume) one cell (`vpo.local.trainer.RunSpec`) with TRL; returns what `train_local` returns."""
+    """Run (or resume) one cell (`vpo.backend.RunSpec`) with TRL; returns what `train_local` returns."""
     import torch
     from transformers import TrainerCallback
 
-    from vpo.local import checkpoint as ckpt
-    from vpo.local.model import save_pretrained_atomic
-    from vpo.local.trainer import check_base_model
     from vpo.methods import get_method
     from vpo.progress import Progress
     from vpo.task import resolve
@@ -157,7 +148,7 @@ def train_trl(spec) -> dict:
     per_step = cfg.ppo_mini_batches  # optimizer steps per RL step
     start_step = 0 if latest is None else int(CHECKPOINT_DIR.match(latest.name).group(1)) // per_step
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.truncate_metrics(metrics_path, start_step)
+    truncate_metrics(metrics_path, start_step)
 
     trainer, tokenizer = build_trainer(spec, method, m, base, root)
     if latest is not None:

@@ -234,6 +234,6 @@ def task_dataset(data_dir: str, method: str, *, m: int = 3, seed: int = 0, alpha
     from datasets import Dataset
 
     from vpo.data import read_rows
-    from vpo.local.trainer import prepare_rows
+    from vpo.backend import prepare_rows
 
     return Dataset.from_list(prepare_rows(read_rows(data_dir, "train"), method, m, seed, alpha=alpha))

@@ -30,6 +30,21 @@ from vpo.verl_ext.preflight import check_cell, preflight
 # ---------------------------------------------------------------------------------------------
 
 
+# docs/metrics.md's key -> veRL 0.9.1's name of the same quantity in its own step metrics
+VERL_NAMES = {
+    "score_max": "critic/score/max",
+    "advantage/max": "critic/advantages/max",
+    "advantage/min": "critic/advantages/min",
+    "response_length_mean": "response_length/mean",
+    "truncated_share": "response_length/clip_ratio",
+    "grad_norm": "actor/grad_norm",
+    "kl": "actor/kl_loss",
+    "pg_loss": "actor/pg_loss",
+    "clipfrac": "actor/pg_clipfrac",
+    "ppo_kl": "actor/ppo_kl",
+}
+
+
 def convert_metrics(out_dir) -> int:
     """veRL's file-logger JSONL files (one per attempt) -> `<out>/metrics.jsonl`; returns the steps.
 
@@ -64,6 +79,8 @@ def convert_metrics(out_dir) -> int:
         }
         if "vpo/strategies_per_group" in data:
             row["strategies_per_group"] = data["vpo/strategies_per_group"]
+        # the local trainer's keys for what veRL computes itself (docs/metrics.md says how they differ)
+        row.update({ours: data[theirs] for ours, theirs in VERL_NAMES.items() if theirs in data})
         for key, value in data.items():
             if key.startswith("vpo/reward/"):
                 row["reward/" + key[len("vpo/reward/") :]] = value

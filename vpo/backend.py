@@ -1,0 +1,134 @@
+"""What every training backend does to a cell, said once: the cell's spec, its rows, the base-model check,
+the part of a metrics.jsonl line the rollouts give (docs/metrics.md), the metrics' truncation to a
+resumed checkpoint, and the atomic save of a model.
+
+The backends sit side by side (`vpo/local`, `vpo/trl_ext`, `vpo/verl_ext`): none imports another's package
+(tests/test_architecture.py); what two of them share lives here. `rollout_record` is the one builder of a
+step's rollout keys: the local trainer and TRL write its keys as they are, veRL's `vpo_sync` trainer
+logs them with a `vpo/` prefix that the launcher's `convert_metrics` takes off, so a key means one thing
+whichever backend wrote it (tests/test_metrics_keys.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from vpo.atomic import atomic_dir, write_text_atomic
+from vpo.metrics import group_pool_diversity, group_strategies
+from vpo.settings import LocalTrainerSettings
+
+
+@dataclass
+class RunSpec:
+    """One training cell, as the local and TRL backends take it."""
+
+    task: str  # task name (vpo.task registry)
+    method: str  # method name (vpo.methods.METHODS)
+    seed: int  # training seed: data order, rollouts, weight draws, goal weights
+    data_dir: str  # directory with train.parquet
+    base_model: str  # warm-started Hugging Face model directory (`vpo base-model`)
+    out_dir: str  # the run directory
+    settings: LocalTrainerSettings  # config.yaml's local_trainer block
+    method_settings: dict = field(default_factory=dict)  # estimator knobs (alpha, sampler, n_weights, k)
+    m: int = 3  # answers per rollout for multi-answer methods
+    preset: str = "cpu"  # recorded in train.json
+    config_hash: str = ""  # recorded in train.json
+    wandb: dict | None = None  # config.yaml's wandb block (vpo.tracking); None: no W&B run
+
+
+def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float | None = 1.0) -> list[dict]:
+    """The data rows as `method` trains on them (`vpo.prompts.prepare_row`: m answers, goal weights)."""
+    from vpo.prompts import prepare_row
+
+    return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
+
+
+def check_base_model(spec: RunSpec, method, m: int) -> None:
+    """Raise ValueError unless `spec.base_model` was warm-started on the prompt form (and m) of `method`."""
+    base = Path(spec.base_model)
+    built = json.loads((base / "base.json").read_text()) if (base / "base.json").is_file() else {}
+    if built.get("mode", method.prompt) != method.prompt:
+        raise ValueError(
+            f"{spec.method} answers {method.prompt} prompts but {base} was warm-started on "
+            f"{built['mode']} prompts; pass results/<preset>/base/{spec.task}/{method.prompt} "
+            f"(vpo base-model --mode {method.prompt})"
+        )
+    if method.prompt == "multi" and built.get("m", m) != m:
+        raise ValueError(
+            f"{spec.method} writes m = {m} answers but {base} was warm-started on {built['m']}; "
+            f"build its base with `vpo base-model --mode multi --m {m}`"
+        )
+
+
+def rollout_record(
+    results: Sequence[dict],
+    group_ids: Sequence[Any],
+    *,
+    objectives: Sequence[str],
+    sub_scores: Sequence[Any],
+    strategies: Sequence[Any] | None,
+    advantages: np.ndarray,
+    diagnostics: dict,
+    lengths: Sequence[float],
+    ended: Sequence[bool],
+) -> dict[str, float]:
+    """The rollout keys of one step's metrics.jsonl line (docs/metrics.md), in their order.
+
+    results: (B,) the reward's dicts (vpo.reward: score, acc, num_answers, each objective);
+    group_ids: (B,); sub_scores: (B,) reward matrices; strategies: (B,) the strategy keys the estimator
+    read (the task's or a judge's; None: the reward's); advantages: (B,); diagnostics: the estimator's
+    (and the judge's) scalars; lengths: (B,) response tokens; ended: (B,) whether a response stopped
+    before the token limit."""
+    scores = np.array([float(r["score"]) for r in results])
+    keys = strategies if strategies is not None else [r.get("strategy") for r in results]
+    return {
+        "score_mean": float(scores.mean()),
+        "score_max": float(scores.max()),
+        **{f"reward/{name}": float(np.mean([r[name] for r in results])) for name in objectives},
+        "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
+        "pool_diversity": group_pool_diversity(sub_scores, group_ids),
+        "strategies_per_group": group_strategies(keys, group_ids),
+        "advantage/max": float(np.max(advantages)),
+        "advantage/min": float(np.min(advantages)),
+        "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
+        **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
+        "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
+        "response_length_mean": float(np.mean(lengths)),
+        "truncated_share": float(np.mean([not e for e in ended])),  # stopped by the token limit
+    }
+
+
+def truncate_metrics(path: str | os.PathLike, last_step: int) -> int:
+    """Keep only the lines of `metrics.jsonl` with step <= last_step (rewritten atomically).
+
+    A run killed after its last checkpoint may have logged later steps; the resumed run logs them
+    again, so they are dropped first. Returns the number of lines kept.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by the kill
+        if record.get("step", 0) <= last_step:
+            kept.append(line)
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
+    return len(kept)
+
+
+def save_pretrained_atomic(model, tokenizer, out_dir: str | os.PathLike) -> Path:
+    """Save model + tokenizer to `out_dir` through vpo.atomic.atomic_dir: a killed writer leaves
+    only a hidden temporary sibling, never a half-written `out_dir`."""
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(out_dir)
