@@ -106,6 +106,10 @@ def test_killed_verl_cpu_run_resumes_from_its_checkpoint_then_merges_and_evaluat
         assert record["vpo/rows_per_rollout_mean"] == pytest.approx(3.0)  # m = 3 answers parsed into rows
         assert record["advantage/std"] > 0.0
         assert record["pool_diversity"] >= 0.0
+    from test_metrics_keys import documented
+
+    missing = documented("veRL", "VPO") - set(metrics[-1])  # docs/metrics.md's keys, veRL's converted line
+    assert not missing, f"docs/metrics.md says the veRL backend writes {sorted(missing)}; it does not"
 
     merged = vpo("merge", "--run", str(run))
     assert merged.returncode == 0, merged.stderr[-2000:]

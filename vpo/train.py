@@ -167,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+# the backends that train a `vpo.backend.RunSpec` in this process and return {steps, resumed_from_step,
+# wall_time_s}; veRL runs as veRL's own job (vpo.verl_ext.launcher) and writes its record there
+IN_PROCESS_TRAINERS = {"local": ("vpo.local.trainer", "train_local"), "trl": ("vpo.trl_ext.run", "train_trl")}
+
+
 def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     """Train the cell of `args` with `backend`, holding its lock (vpo/cell_lock.py)."""
     from vpo.config import answers_per_rollout, cell_digest, method_settings
@@ -183,12 +188,13 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
             model=args.base_model,
         )
 
-    from vpo.settings import LocalTrainerSettings
-    from vpo.backend import RunSpec
-    from vpo.local.trainer import train_local
+    import importlib
 
-    if backend == "trl":
-        from vpo.trl_ext.run import train_trl as train_local  # the same RunSpec, the same return value
+    from vpo.backend import RunSpec
+    from vpo.settings import LocalTrainerSettings
+
+    module, function = IN_PROCESS_TRAINERS[backend]  # imported only when chosen: TRL is heavy, and optional
+    train_run = getattr(importlib.import_module(module), function)
 
     t0 = time.time()
     settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
@@ -207,7 +213,7 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
         config_hash=digest,
         wandb=cfg.get("wandb"),
     )
-    result = train_local(spec)
+    result = train_run(spec)
     path = write_train_json(
         args.out,
         cfg,
