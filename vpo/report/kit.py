@@ -6,6 +6,7 @@ A method's colour is fixed across figures (its position in the method table)."""
 from __future__ import annotations
 
 import math
+import re
 import os
 import textwrap
 from pathlib import Path
@@ -175,7 +176,7 @@ def finish(
     width = int(width_in * 72 / (0.55 * CAPTION_PT))  # characters per caption line
     seeds = note or finish_default_note(n_seeds)
     scale = scale.strip().rstrip(".") + "." if scale else None  # a sentence, then the seeds' sentence
-    if len(seeds.split(" ", 1)[0]) > 1:  # a sentence starts upper case; "m = 3 ..." keeps its symbol
+    if not re.match(r"[a-z] =", seeds):  # a sentence starts upper case; "m = 3 ..." keeps its symbol
         seeds = seeds[:1].upper() + seeds[1:]
     caption = textwrap.fill(" ".join(filter(None, [scale, seeds + "."])), width)
     caption_in = (caption.count("\n") + 1) * 1.35 * CAPTION_PT / 72 + 0.08
