@@ -292,8 +292,9 @@ def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlab
 
 # ---- the evolutionary search -----------------------------------------------------------------
 def evolve(*, curves: pd.DataFrame, task: str, methods: list[str], out, scale: str | None = None):
-    """The evolutionary search on one task's unsolved or lowest-scoring problems (file evolve_{task}): problems solved and
-    mean best score by iteration t, a line per method (curves: aggregate's evolve_{task}.csv)."""
+    """The evolutionary search on one task's unsolved or lowest-scoring problems (file evolve_{task}):
+    problems solved and mean best score by iteration t, a line per method (curves: aggregate's
+    evolve_{task}.csv)."""
     fig, axes = panel_grid(2)
     n_seeds = set()
     for ax, metric in zip(axes, SEARCH_METRICS):
