@@ -5,90 +5,54 @@
 CURVE_INPUTS = {"summary": f"{RESULTS}/aggregate/summary.csv", "per_seed": f"{RESULTS}/aggregate/per_seed.csv"}
 
 
-rule figure_pass_at_k:
-    input: **CURVE_INPUTS
-    output: **figure_files("pass_at_k", "main results")
-    params: methods=",".join(main_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_pass_at_k.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("pass_at_k")
+INTERVALS = f"{RESULTS}/aggregate"  # intervals.csv, improvement.csv, profiles.csv (rule intervals)
+TRAINING = {"training": f"{RESULTS}/aggregate/training_curves.csv"}
+GRID = {"tasks": ",".join(TASKS), "variants": VARIANTS, "scale": SCALE}  # the params of a figure of the grid
 
+# stem -> (inputs, the report's subcategory, its caption file or None for the stem's, params): one rule
+# figure_<stem> each, made by the loop below
+FIGURE_RULES = {
+    "pass_at_k": (CURVE_INPUTS, "main results", None, {"methods": ",".join(main_methods()), **GRID}),
+    "best_at_k": (CURVE_INPUTS, "main results", None, {"methods": ",".join(main_methods()), **GRID}),
+    "appendix_pass_at_k": (CURVE_INPUTS, "appendix: every method", "appendix_curve", {"methods": ",".join(METHODS), **GRID}),
+    "appendix_best_at_k": (CURVE_INPUTS, "appendix: every method", "appendix_curve", {"methods": ",".join(METHODS), **GRID}),
+    "diversity_over_training": (TRAINING, "main results", None, {"methods": ",".join(diversity_methods()), **GRID}),
+    "strategies_over_training": (TRAINING, "main results", None, {"methods": ",".join(strategy_methods()), **GRID}),
+    "mechanism_bandit": ({"bandit": f"{RESULTS}/mechanism/bandit.csv"}, "mechanism", None, {}),
+    "mechanism_advantage": ({"sweeps": f"{RESULTS}/mechanism/advantage.csv"}, "mechanism", None, {}),
+    "lcb_case_study": (
+        {**CURVE_INPUTS, "curves": f"{RESULTS}/aggregate/evolve_lcb.csv"},
+        "evolutionary search",
+        None,
+        {"methods": ",".join(case_study_methods()), "variants": VARIANTS, "scale": SCALE},
+    ),
+    "intervals": (
+        {"intervals": f"{INTERVALS}/intervals.csv", "improvement": f"{INTERVALS}/improvement.csv"},
+        "intervals",
+        None,
+        {"methods": ",".join(METHODS), **GRID},
+    ),
+    "performance_profiles": (
+        {"profiles": f"{INTERVALS}/profiles.csv", "per_problem": f"{INTERVALS}/per_problem.csv"},
+        "intervals",
+        None,
+        {"methods": ",".join(METHODS), **GRID},
+    ),
+    "pool_quality": ({"intervals": f"{INTERVALS}/intervals.csv"}, "intervals", None, {"methods": ",".join(METHODS), **GRID}),
+}
 
-rule figure_best_at_k:
-    input: **CURVE_INPUTS
-    output: **figure_files("best_at_k", "main results")
-    params: methods=",".join(main_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_best_at_k.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("best_at_k")
+for _stem, (_inputs, _subcategory, _caption, _params) in FIGURE_RULES.items():
 
-
-rule figure_appendix_pass_at_k:
-    input: **CURVE_INPUTS
-    output: **figure_files("appendix_pass_at_k", "appendix: every method", caption="appendix_curve")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_appendix_pass_at_k.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("appendix_pass_at_k")
-
-
-rule figure_appendix_best_at_k:
-    input: **CURVE_INPUTS
-    output: **figure_files("appendix_best_at_k", "appendix: every method", caption="appendix_curve")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_appendix_best_at_k.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("appendix_best_at_k")
-
-
-rule figure_diversity_over_training:
-    input: training=f"{RESULTS}/aggregate/training_curves.csv"
-    output: **figure_files("diversity_over_training", "main results")
-    params: methods=",".join(diversity_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_diversity_over_training.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("diversity_over_training")
-
-
-rule figure_strategies_over_training:
-    input: training=f"{RESULTS}/aggregate/training_curves.csv"
-    output: **figure_files("strategies_over_training", "main results")
-    params: methods=",".join(strategy_methods()), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_strategies_over_training.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("strategies_over_training")
-
-
-rule figure_mechanism_bandit:
-    input: bandit=f"{RESULTS}/mechanism/bandit.csv"
-    output: **figure_files("mechanism_bandit", "mechanism")
-    log: f"{LOGS}/report/figure_mechanism_bandit.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("mechanism_bandit")
-
-
-rule figure_mechanism_advantage:
-    input: sweeps=f"{RESULTS}/mechanism/advantage.csv"
-    output: **figure_files("mechanism_advantage", "mechanism")
-    log: f"{LOGS}/report/figure_mechanism_advantage.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("mechanism_advantage")
+    rule:
+        name: f"figure_{_stem}"
+        input: **_inputs
+        output: **figure_files(_stem, _subcategory, caption=_caption)
+        params: **_params
+        log: f"{LOGS}/report/figure_{_stem}.log"
+        threads: res("report", "threads")
+        resources: **job_resources("report")
+        conda: "../envs/plot.yaml"
+        shell: plot_command(_stem)
 
 
 rule figure_evolve:
@@ -100,53 +64,6 @@ rule figure_evolve:
     resources: **job_resources("report")
     conda: "../envs/plot.yaml"
     shell: plot_command("evolve")
-
-
-rule figure_lcb_case_study:
-    input: **CURVE_INPUTS, curves=f"{RESULTS}/aggregate/evolve_lcb.csv"
-    output: **figure_files("lcb_case_study", "evolutionary search")
-    params: methods=",".join(case_study_methods()), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_lcb_case_study.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("lcb_case_study")
-
-
-INTERVALS = f"{RESULTS}/aggregate"  # intervals.csv, improvement.csv, profiles.csv (rule intervals)
-
-
-rule figure_intervals:
-    input: intervals=f"{INTERVALS}/intervals.csv", improvement=f"{INTERVALS}/improvement.csv"
-    output: **figure_files("intervals", "intervals")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_intervals.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("intervals")
-
-
-rule figure_performance_profiles:
-    input: profiles=f"{INTERVALS}/profiles.csv", per_problem=f"{INTERVALS}/per_problem.csv"
-    output: **figure_files("performance_profiles", "intervals")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_performance_profiles.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("performance_profiles")
-
-
-rule figure_pool_quality:
-    input: intervals=f"{INTERVALS}/intervals.csv"
-    output: **figure_files("pool_quality", "intervals")
-    params: methods=",".join(METHODS), tasks=",".join(TASKS), variants=VARIANTS, scale=SCALE
-    log: f"{LOGS}/report/figure_pool_quality.log"
-    threads: res("report", "threads")
-    resources: **job_resources("report")
-    conda: "../envs/plot.yaml"
-    shell: plot_command("pool_quality")
 
 
 rule figure_ablation:
