@@ -285,6 +285,16 @@ def plot_command(stem):
     return f"python -m vpo.cli plot {stem} {' '.join(flags)} --out {{output.pdf}} {{output.png}} > {{log}} 2>&1"
 
 
+def plot_shell(stem, inputs, params, *, log):
+    """plot_command's command with its inputs, params, outputs and log filled in (for rules made in a loop,
+    whose shell expression cannot name the loop's variable: figures.smk)."""
+    figure = FIGURE_TABLE[stem]
+    flags = [f"--{name.replace('_', '-')} {shlex.quote(str(inputs[name]))}" for name in figure.tables]
+    flags += [f"--{name} {shlex.quote(str(params[name]))}" for name in figure.options]
+    out = f"{FIGURES}/{stem}.pdf {FIGURES}/{stem}.png"
+    return f"python -m vpo.cli plot {stem} {' '.join(flags)} --out {out} > {log} 2>&1"
+
+
 def eval_pools(wildcards):
     """Every candidate pool of the task's standard evaluation (all methods, training and eval seeds)."""
     return [path.replace(".json", ".parquet") for path in eval_jsons(tasks=[wildcards.task])]

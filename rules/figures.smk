@@ -41,18 +41,20 @@ FIGURE_RULES = {
     "pool_quality": ({"intervals": f"{INTERVALS}/intervals.csv"}, "intervals", None, {"methods": ",".join(METHODS), **GRID}),
 }
 
+# Snakemake evaluates a rule's shell expression again when its job runs, after this loop has moved on:
+# each rule's whole command is made here, while the loop is at its figure, and passed as a param
 for _stem, (_inputs, _subcategory, _caption, _params) in FIGURE_RULES.items():
 
     rule:
         name: f"figure_{_stem}"
         input: **_inputs
         output: **figure_files(_stem, _subcategory, caption=_caption)
-        params: **_params
+        params: **_params, command=plot_shell(_stem, _inputs, _params, log=f"{LOGS}/report/figure_{_stem}.log")
         log: f"{LOGS}/report/figure_{_stem}.log"
         threads: res("report", "threads")
         resources: **job_resources("report")
         conda: "../envs/plot.yaml"
-        shell: plot_command(_stem)
+        shell: "{params.command}"
 
 
 rule figure_evolve:
