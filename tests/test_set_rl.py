@@ -289,3 +289,21 @@ def test_rewards_are_clipped_to_the_unit_interval_and_the_callers_verdicts_are_u
     _, by_reward = set_rl_advantage([1.0, 0.0, 0.7, 0.2], [0] * 4, strategy_keys=keys, set_size=2)
     assert given["set_rl/distinct_keys_correct"] == 1.0 and given["set_rl/distinct_keys_incorrect"] == 3.0
     assert by_reward["set_rl/distinct_keys_correct"] == 2.0 and by_reward["set_rl/distinct_keys_incorrect"] == 1.0
+
+
+def test_a_group_keyed_unjudged_is_skipped_and_counted_and_the_others_are_untouched():
+    """A failed judge call keys its group `unjudged` (vpo.strategy_judge): set RL gives that group 0 and counts
+    it among the skipped groups; the other groups get exactly what they get alone."""
+    from vpo.strategy_judge import UNJUDGED
+
+    rewards = np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    groups = [0] * 5 + [1] * 5
+    keys = [UNJUDGED] * 5 + list("abcab")
+    adv, d = set_rl_advantage(rewards, groups, strategy_keys=keys, set_size=2)
+    alone, d_alone = set_rl_advantage(rewards[5:], groups[5:], strategy_keys=keys[5:], set_size=2)
+    assert np.all(adv[:5] == 0.0) and np.array_equal(adv[5:], alone) and np.abs(alone).max() > 0
+    assert d["set_rl/skipped_groups"] == 1.0 and d_alone["set_rl/skipped_groups"] == 0.0
+    assert d["set_rl/set_diversity"] == d_alone["set_rl/set_diversity"]  # the unjudged group adds no sets
+    assert d["set_rl/distinct_keys"] == pytest.approx(3 / 2)  # none in the unjudged group, 3 in the other
+    codes = key_codes([UNJUDGED, "a", "degenerate", "a", "b"])
+    assert codes.tolist() == [-2, 0, -1, 0, 1]
