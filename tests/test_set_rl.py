@@ -305,5 +305,7 @@ def test_a_group_keyed_unjudged_is_skipped_and_counted_and_the_others_are_untouc
     assert d["set_rl/skipped_groups"] == 1.0 and d_alone["set_rl/skipped_groups"] == 0.0
     assert d["set_rl/set_diversity"] == d_alone["set_rl/set_diversity"]  # the unjudged group adds no sets
     assert d["set_rl/distinct_keys"] == pytest.approx(3 / 2)  # none in the unjudged group, 3 in the other
+    one, _ = set_rl_advantage(rewards, groups, strategy_keys=list("aabca") + [UNJUDGED] + list("bcab"), set_size=2)
+    assert np.all(one[5:] == 0.0) and np.abs(one[:5]).max() > 0  # one unjudged rollout skips its whole group
     codes = key_codes([UNJUDGED, "a", "degenerate", "a", "b"])
     assert codes.tolist() == [-2, 0, -1, 0, 1]
