@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vpo.strategy_judge import judge_from_settings
+from vpo.strategy_judge import judge_from_settings, row_question
 from vpo.trl_ext import SUPPORTED_TRL, require_supported_trl
 from vpo.trl_ext.portable import TRL_KEYWORDS  # what TRL passes a reward function besides the row's columns
 
@@ -70,11 +70,8 @@ class MatrixReward:
 
 
 def _question(prompt) -> str:
-    """A TRL prompt's problem: the last user message of a conversation, or the plain text."""
-    if isinstance(prompt, list):
-        users = [message["content"] for message in prompt if message.get("role") == "user"]
-        return str(users[-1]) if users else ""
-    return str(prompt)
+    """A TRL prompt's problem: a conversation's last user message (`row_question`), or the plain text."""
+    return row_question({"prompt": prompt}) if isinstance(prompt, list) else str(prompt)
 
 
 def grpo_arguments(settings, *, max_new_tokens: int, output_dir: str, seed: int, **changes):
@@ -206,7 +203,6 @@ class EstimatorGRPOTrainer(GRPOTrainer):
             "advantages": advantages,
             "strategies": keys,  # the task's strategy keys, or the judge's
             "diagnostics": diagnostics,
-            "pool_diversity": diversity,
             "lengths": lengths,
             "seconds": time.time() - started,
             "ended": self.accelerator.gather(ended).cpu().numpy(),
