@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,6 +49,8 @@ TABLES = {
         ("key", "key"),
         ("differs", "differs"),
     ],
+    # every line citation of the record and its documents: a few words the cited lines say (`--check-quotes`)
+    "quotes": [("cite", "cited lines"), ("says", "what they say")],
 }
 
 
@@ -63,7 +66,9 @@ def read_record(path: Path | None = None) -> dict[str, list[dict[str, str]]]:
         for i, row in enumerate(data.get(table) or []):
             if not isinstance(row, dict) or sorted(row) != sorted(fields):
                 raise ValueError(f"{path}: {table}[{i}] must have exactly the fields {fields}, got {row!r}")
-            if any("|" in str(value) or "\n" in str(value) for value in row.values()):
+            # a quote may hold a '|' (the authors' Markdown tables): its cell escapes it
+            cells = [value for name, value in row.items() if (table, name) != ("quotes", "says")]
+            if any("|" in str(value) for value in cells) or any("\n" in str(value) for value in row.values()):
                 raise ValueError(f"{path}: {table}[{i}] holds a '|' or a line break, which would split its table row")
     return {table: [{k: str(v) for k, v in row.items()} for row in data.get(table) or []] for table in TABLES}
 
@@ -91,8 +96,19 @@ def markdown_table(table: str, rows: list[dict[str, str]]) -> str:
     """A table of the record as Markdown lines (an empty cell as `| |`)."""
     columns = TABLES[table]
     lines = ["| " + " | ".join(heading for _, heading in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["|" + "|".join(f" {row[name]} " if row[name] else " " for name, _ in columns) + "|" for row in rows]
+    lines += [
+        "|" + "|".join(f" {_cell(table, name, row[name])} " if row[name] else " " for name, _ in columns) + "|"
+        for row in rows
+    ]
     return "\n".join(lines)
+
+
+def _cell(table: str, name: str, value: str) -> str:
+    """A table cell's Markdown: a quote of the authors' text as code (its '|' escaped), anything else as written."""
+    if (table, name) != ("quotes", "says"):
+        return value
+    code = f"`` {value} ``" if "`" in value else f"`{value}`"
+    return code.replace("|", "\\|")
 
 
 def with_tables(document: str, record: dict[str, list[dict[str, str]]], tables=None) -> str:
@@ -137,12 +153,98 @@ def as_rst(text: str) -> str:
     return "".join(out)
 
 
+# ---- line citations and what they say ------------------------------------------------------------
+# `path@commit:lines` (lines: 64, 53-54 or a list "16, 48"), and GitHub links to `blob/<sha>/<path>#La-Lb`
+TEXT_CITATION = re.compile(
+    r"(?P<path>[\w./-]+\.(?:py|sh|md|ipynb))@(?P<commit>[0-9a-f]{7,40}):(?P<lines>\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)"
+)
+LINK_CITATION = re.compile(
+    r"https://github\.com/[\w-]+/[\w.-]+/blob/(?P<commit>[0-9a-f]{40})/(?P<path>[^#)\s]+)#L(?P<low>\d+)(?:-L(?P<high>\d+))?"
+)
+
+
+def line_citations(text: str) -> list[str]:
+    """Every line citation in `text`, one `path@commit7:low[-high]` per cited line or range."""
+    found = [
+        f"{m['path']}@{m['commit'][:7]}:{part}" for m in TEXT_CITATION.finditer(text) for part in m["lines"].split(", ")
+    ]
+    found += [
+        f"{m['path']}@{m['commit'][:7]}:{m['low']}" + (f"-{m['high']}" if m["high"] else "")
+        for m in LINK_CITATION.finditer(text)
+    ]
+    return found
+
+
+def cited_in_documents() -> set[str]:
+    """The line citations of the record's tables (but its quotes) and of both documents' prose."""
+    record = read_record()
+    cited = {
+        c
+        for table, rows in record.items()
+        if table != "quotes"
+        for row in rows
+        for c in line_citations(" ".join(row.values()))
+    }
+    for document in (DOCUMENT, EVALUATION):
+        prose = re.sub(
+            r"<!-- (table|list) .*?<!-- end of (table|list) \w+ -->", "", document.read_text(), flags=re.DOTALL
+        )
+        cited |= set(line_citations(prose))
+    return cited
+
+
+def _authors_file(roots: list[Path], commit: str, path: str) -> str | None:
+    """The text of `path` at `commit` from the first root that has it: a git checkout (`git show`), or a folder
+    of files saved per commit (`<root>/<commit>/<path>`); None when no root has it."""
+    for root in roots:
+        if (root / ".git").exists():
+            shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{path}"], capture_output=True, text=True)
+            if shown.returncode == 0:
+                return shown.stdout
+        if (root / commit / path).is_file():
+            return (root / commit / path).read_text(encoding="utf-8")
+    return None
+
+
+def check_quotes(quotes: list[dict[str, str]], roots: list[Path]) -> tuple[int, list[str], list[str]]:
+    """Each quote against its cited lines (whitespace runs count as one space): (quotes checked, one line per
+    quote the lines do not contain, one line per quote whose file at its commit no root holds)."""
+    checked, wrong, missing = 0, [], []
+    for quote in quotes:
+        path, _, rest = quote["cite"].partition("@")
+        commit, _, lines = rest.partition(":")
+        low, _, high = lines.partition("-")
+        text = _authors_file(roots, commit, path)
+        if text is None:
+            missing.append(f"{quote['cite']}: no {path} at {commit} under {', '.join(map(str, roots))}")
+            continue
+        checked += 1
+        span = " ".join(" ".join(text.split("\n")[int(low) - 1 : int(high or low)]).split())
+        if " ".join(quote["says"].split()) not in span:
+            wrong.append(f"{quote['cite']}: says {quote['says']!r}, the lines read {span[:200]!r}")
+    return checked, wrong, missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="write docs/reproducibility.md's tables from docs/reproducibility.yaml"
     )
     parser.add_argument("--check", action="store_true", help="only check: exit 1 when the document differs")
+    parser.add_argument(
+        "--check-quotes",
+        nargs="+",
+        type=Path,
+        metavar="CHECKOUT",
+        help="check every quote against the cited lines in these checkouts of the authors' repositories (git "
+        "checkouts, or folders of files saved as <commit>/<path>); exit 1 on a mismatch or a file none holds",
+    )
     args = parser.parse_args(argv)
+    if args.check_quotes:
+        checked, wrong, missing = check_quotes(read_record()["quotes"], args.check_quotes)
+        for line in wrong + missing:
+            print(line, file=sys.stderr)
+        print(f"{checked} quotes checked: {len(wrong)} differ from their lines, {len(missing)} not found")
+        return 1 if wrong or missing or not checked else 0
     record = read_record()
     main_tables = [t for t in TABLES if t != "evaluation"]
     differ = []
