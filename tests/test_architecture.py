@@ -180,3 +180,76 @@ def test_the_backends_sit_side_by_side():
             continue
         others = {m for m in imports(path, top_level_only=False) for b in BACKENDS if b != own and m.startswith(b)}
         assert not others, f"{name} (backend {own}) imports {sorted(others)}: move what they share to vpo/backend.py"
+
+
+# ---- imports at the head of the file ---------------------------------------------------------------
+# What a module may import inside a function: a package that costs seconds or a GPU stack, or a module of
+# the project that loads one when imported (the cheap commands then stay cheap); and the backend choice.
+HEAVY_PACKAGES = {"torch", "transformers", "verl", "vllm", "trl", "openevolve", "ray", "datasets", "pandas", "pyarrow"}
+BACKEND_CHOICE = {("vpo.train", "vpo.verl_ext.launcher")}  # local and trl by name: vpo.train.IN_PROCESS_TRAINERS
+
+
+def import_time_nodes(tree: ast.Module) -> list[ast.AST]:
+    """The import statements that run when the module is imported: everywhere but inside functions and
+    `if TYPE_CHECKING:` blocks."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        todo += list(ast.iter_child_nodes(node))
+    return found
+
+
+def imported_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:  # a relative import: the project's own
+        return []
+    return [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+
+
+def loads_heavy(name: str, known: dict[str, Path], memo: dict[str, bool]) -> bool:
+    """Whether importing the module `name` (its packages' __init__ first) loads a heavy package."""
+    if name in memo:
+        return memo[name]
+    memo[name] = False  # no circles (test_no_import_circle); this stops a walk on a bad day
+    parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+    heavy = any(loads_heavy(p, known, memo) for p in parents if p in known)
+    for node in import_time_nodes(ast.parse(known[name].read_text())):
+        for imported in imported_names(node):
+            if imported.split(".")[0] in HEAVY_PACKAGES or (imported in known and loads_heavy(imported, known, memo)):
+                heavy = True
+    memo[name] = heavy
+    return heavy
+
+
+def test_the_projects_own_modules_are_imported_at_the_head_of_the_file():
+    """A function-level import of the project's own module guards nothing unless that module loads a heavy
+    package the importer does not (or it is the backend choice): such imports belong at the file's head,
+    where a reader sees what the module depends on."""
+    known, memo, lazy = modules(), {}, []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        at_import = {id(node) for node in import_time_nodes(tree)}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in at_import:
+                continue
+            own = [m for m in imported_names(node) if m in known]
+            if not own or any((name, m) in BACKEND_CHOICE for m in own):
+                continue
+            if not any(loads_heavy(m, known, memo) for m in own) or loads_heavy(name, known, memo):
+                lazy.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    assert not lazy, "imports of light project modules inside functions (move them to the head):\n" + "\n".join(lazy)
+
+
+def test_the_heavy_import_check_sees_torch_behind_a_project_module():
+    memo = {}
+    known = modules()
+    assert loads_heavy("vpo.tiny_llama", known, memo) and loads_heavy("vpo.local.model", known, memo)
+    assert not loads_heavy("vpo.weights", known, memo) and not loads_heavy("vpo.cli", known, memo)

@@ -212,7 +212,7 @@ def test_budget_must_be_a_multiple_of_m_and_model_must_exist(tiny_base_model, ti
 def recorded(monkeypatch):
     """vLLM cannot run on this machine: a stand-in takes the place of the backend and records what
     evaluation hands it (`vllm_sampling_kwargs` is what VLLMBackend turns that into for vLLM)."""
-    import vpo.generate as generate
+    import vpo.evaluate as evaluate
 
     seen = {}
 
@@ -227,7 +227,7 @@ def recorded(monkeypatch):
         seen.update(name=name, kwargs=kwargs)
         return Recorder()
 
-    monkeypatch.setattr(generate, "make_backend", make_backend)
+    monkeypatch.setattr(evaluate, "make_backend", make_backend)  # the name evaluation calls
     return seen
 
 

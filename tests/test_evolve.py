@@ -45,7 +45,7 @@ def test_hardest_are_the_problems_every_pool_fails_in_index_order():
             ("vpo", 1): {0: [0, 0], 1: [0, 0], 2: [0, 0], 3: [0, 0]},
         }
     )
-    from vpo.evolve_select import select_hardest
+    from vpo.search.hardest import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=2)
     assert [p["problem"] for p in chosen["problems"]] == [0, 3]
@@ -61,7 +61,7 @@ def test_hardest_are_chosen_from_the_select_methods_pools_only():
             ("vpo", 0): {0: [0, 0], 1: [0.5, 0], 2: [0, 0]},
         }
     )
-    from vpo.evolve_select import select_hardest
+    from vpo.search.hardest import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=2, methods=["vpo", "grpo"])
     assert [p["problem"] for p in chosen["problems"]] == [0, 1]  # problem 0 counts although Max@k solves it
@@ -79,7 +79,7 @@ def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
             ("vpo", 0): {0: [0, 0, 0], 1: [1, 0.5, 0], 2: [0, 0, 0]},
         }
     )
-    from vpo.evolve_select import select_hardest
+    from vpo.search.hardest import select_hardest
 
     chosen = select_hardest(pools, 2, best_at=1)
     assert [(p["problem"], round(p["best_at"], 4)) for p in chosen["problems"]] == [(0, 0.0), (2, 0.3333)]
@@ -87,7 +87,7 @@ def test_too_few_unsolved_problems_take_the_lowest_and_say_so():
 
 
 def test_best_so_far_is_a_running_max_from_the_start_program():
-    from vpo.evolve_problem import best_so_far
+    from vpo.search.problem import best_so_far
 
     found = {
         2: {"combined_score": 0.4, "solved": 0.0},
@@ -100,7 +100,7 @@ def test_best_so_far_is_a_running_max_from_the_start_program():
 
 
 def test_the_problem_prompt_survives_openevolve_formatting():
-    from vpo.evolve_problem import user_template
+    from vpo.search.problem import user_template
 
     problem = 'Read {n} numbers; print {"a": 1}.'
     with_parent = user_template(problem, parent_in_prompt=True)
@@ -112,8 +112,8 @@ def test_the_problem_prompt_survives_openevolve_formatting():
 # ---- scoring ----------------------------------------------------------------------------------
 def test_a_program_scores_its_best_answer_and_bad_text_scores_zero(tiny_maze_data):
     from vpo.data import read_rows
+    from vpo.search.evaluator import score_program
     from vpo.task import resolve
-    from vpo.evolve_evaluator import score_program
     from vpo_tasks.maze import _path, parse_grid, score_moves
 
     task = resolve("maze")
@@ -138,7 +138,7 @@ def test_a_program_scores_its_best_answer_and_bad_text_scores_zero(tiny_maze_dat
 
 def test_a_scorer_that_raises_scores_zero_and_is_counted(monkeypatch):
     """A task whose code raises on a program scores it 0 and marks it, so the search counts it."""
-    from vpo.evolve_evaluator import score_program
+    from vpo.search.evaluator import score_program
     from vpo.task import resolve
 
     maze = resolve("maze")
@@ -155,7 +155,7 @@ def test_the_search_scores_a_percentage_scorer_as_training_and_evaluation_do():
     """A plugin scorer giving percentages is forced into [0, 1] in training and evaluation; the search once
     scored it unclamped (its table said mean best 33.3, no warning). A scorer returning the wrong number of
     values is counted in scorer_errors, not raised."""
-    from vpo.evolve_evaluator import score_program
+    from vpo.search.evaluator import score_program
     from vpo.task import TASKS, Task, register
 
     class Percent(Task):
@@ -189,7 +189,7 @@ def test_a_multi_answer_code_response_reaches_openevolve_with_every_program(tmp_
     from openevolve.utils.code_utils import parse_full_rewrite
 
     from vpo.data import read_rows
-    from vpo.evolve_evaluator import program_response, score_program
+    from vpo.search.evaluator import program_response, score_program
     from vpo.task import resolve
 
     resolve("lcb").preprocess(
@@ -234,7 +234,7 @@ def test_loopback_server_answers_openevolve_client_and_is_gone_after(tiny_base_m
 
     from vpo.data import read_rows
     from vpo.generate import SamplingSettings, TorchBackend
-    from vpo.llm_server import LoopbackServer
+    from vpo.search.llm_server import LoopbackServer
 
     backend = TorchBackend(tiny_base_model, progress=False)
     prompt = read_rows(tiny_maze_data, "test")[0]["prompt"]
@@ -321,7 +321,7 @@ def search_command(model, data, hardest, config, out) -> list[str]:
 @pytest.mark.slow
 def test_same_seed_same_search(tmp_path, tiny_base_model, tiny_maze_data):
     from vpo.config import load_config
-    from vpo.evolve import search_cell
+    from vpo.search.evolve import search_cell
 
     config, hardest = write_search_inputs(tmp_path, iterations=4, checkpoint_interval=2)
     cfg = load_config(str(config), "cpu")
@@ -418,7 +418,7 @@ def test_killed_search_leaves_no_server_or_worker_and_resumes_to_the_same_iterat
 
 
 def test_search_state_from_another_model_is_removed(tmp_path):
-    from vpo.evolve import reset_state
+    from vpo.search.evolve import reset_state
 
     out = tmp_path / "evolve"
     reset_state(out, {"model": "a"})

@@ -71,3 +71,29 @@ def test_task_reward_prompt_modules_import_without_gpu_stack(module):
         pytest.skip(f"{module} is not part of this checkout")
     result = run_blocked(HEAVY, f"import {module}\nprint('ok')\n")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize(
+    "module, blocked",
+    [
+        # every job starts here, and `vpo --help` must answer at once
+        ("vpo.cli", HEAVY + ["pandas", "pyarrow", "numpy"]),
+        # the cheap commands: preprocessing, the config, the plan's checks, the record, a figure's dispatch
+        ("vpo.preprocess", HEAVY + ["pandas"]),
+        ("vpo.config", HEAVY + ["pandas", "pyarrow"]),
+        ("vpo.plan", HEAVY + ["pandas", "pyarrow"]),
+        ("vpo.record", HEAVY + ["pandas", "pyarrow"]),
+        ("vpo.report.plot", HEAVY + ["pandas", "pyarrow"]),
+        # the report reads tables with pandas, and nothing of the training stack
+        ("vpo.report.aggregate", HEAVY),
+        ("vpo.report.tables", HEAVY),
+        ("vpo.report.claims", HEAVY),
+        ("vpo.report.figures", HEAVY),
+    ],
+)
+def test_the_cheap_commands_import_nothing_they_do_not_use(module, blocked):
+    """A cheap command's module imports without the packages it does not need (each blocked in a fresh
+    interpreter), so moving an import to a file's head cannot make `vpo --help` or an aggregate job load
+    torch."""
+    result = run_blocked(blocked, f"import {module}\nprint('ok')\n")
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

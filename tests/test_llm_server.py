@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from vpo.llm_server import LoopbackServer
+from vpo.search.llm_server import LoopbackServer
 
 
 class EchoTokenizer:

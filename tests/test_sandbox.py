@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import glob
 import json
-import subprocess
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -231,7 +231,7 @@ def test_the_helpers_wait_outlasts_the_poll_count_at_which_its_back_off_once_ove
     1.5 ** n, which overflows at n = 1751 (about 35 s of a real program), and the run came back
     `killed`. With WATCH_S made 10 us, a real child of 1.5 s takes thousands of polls: the wait returns
     its exit status, never having slept longer than its first delay."""
-    from vpo import sandbox_helper as helper
+    from vpo.sandbox import helper
 
     real_sleep, delays = time.sleep, []
     monkeypatch.setattr(helper, "WATCH_S", 1e-5)

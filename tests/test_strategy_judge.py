@@ -148,7 +148,7 @@ def test_an_unreachable_judge_fails_every_group_and_set_rl_skips_them():
 
 def test_the_projects_server_with_a_tiny_model_is_a_judge_whose_calls_fail(tiny_base_model):
     from vpo.generate import TorchBackend
-    from vpo.llm_server import LoopbackServer
+    from vpo.search.llm_server import LoopbackServer
 
     backend = TorchBackend(tiny_base_model, progress=False)
     with LoopbackServer(backend, "tiny", max_tokens_cap=16) as server:
@@ -166,6 +166,7 @@ def test_the_projects_server_with_a_tiny_model_is_a_judge_whose_calls_fail(tiny_
 
 def test_the_local_trainer_trains_on_the_judges_keys(stand_in, tiny_maze_data, tiny_base_model, tmp_path):
     from conftest import TINY_LOCAL_TRAINER
+
     from vpo.cli import main
 
     raw = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -21,7 +21,6 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator
 
-
 HOST = socket.gethostname() or "localhost"  # a pid means something on its own machine only (shared filesystems)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from vpo.atomic import atomic_dir, write_text_atomic
 from vpo.metrics import group_pool_diversity, group_strategies
+from vpo.prompts import prepare_row
 from vpo.settings import LocalTrainerSettings
 
 
@@ -44,8 +45,6 @@ class RunSpec:
 
 def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float | None = 1.0) -> list[dict]:
     """The data rows as `method` trains on them (`vpo.prompts.prepare_row`: m answers, goal weights)."""
-    from vpo.prompts import prepare_row
-
     return [prepare_row(row, method, m, seed, alpha=alpha) for row in rows]
 
 

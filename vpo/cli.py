@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "table": ("vpo.report.tables", "write a paper table (csv, md, tex) from aggregated results"),
     "plot": ("vpo.report.plot", "draw a paper figure (figures/<stem>.pdf) from aggregated results"),
-    "evolve": ("vpo.evolve", "evolutionary search (OpenEvolve) with a cell's model on the hardest test problems"),
+    "evolve": ("vpo.search.evolve", "evolutionary search (OpenEvolve): a cell's model on the hardest test problems"),
     "mechanism": ("vpo.mechanism", "train the toy vector-reward bandit with each estimator (mechanism figure data)"),
     "diagnose": ("vpo.diagnose", "what a finished cell's model writes: parse rate per slot, truncation, answer spread"),
     "provenance": (

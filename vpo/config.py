@@ -22,6 +22,9 @@ from typing import Any, Mapping
 import yaml
 
 from vpo.atomic import write_text_atomic
+from vpo.config_checks import cross_key_problems
+from vpo.methods import register_variant
+from vpo.settings import LIMITS, LocalTrainerSettings, VerlSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -75,8 +78,6 @@ def _schema_validator():
 
 def _local_trainer_schema() -> dict:
     import dataclasses
-
-    from vpo.settings import LIMITS, LocalTrainerSettings
 
     kinds = {"int": {"type": "integer"}, "float": {"type": "number"}, "dict": {"type": "object"}}
     fields = dataclasses.fields(LocalTrainerSettings)
@@ -133,8 +134,6 @@ def _non_finite(value: Any, path: str = "") -> list[tuple[str, float]]:
 
 def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
     """Rules spanning several keys, which the schema cannot express (vpo/config_checks.py)."""
-    from vpo.config_checks import cross_key_problems
-
     problems = cross_key_problems(cfg, REPO_ROOT)
     if problems:
         raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))
@@ -223,8 +222,6 @@ def ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> 
 
 def register_variants(cfg: Mapping[str, Any], source: str = DEFAULT_CONFIG) -> None:
     """Add the config's method variants to the method table of this process (`vpo.methods`)."""
-    from vpo.methods import register_variant
-
     for name, variant in (cfg.get("variants") or {}).items():
         try:
             register_variant(name, variant["method"], variant.get("label"))
@@ -298,8 +295,6 @@ def answers_per_rollout(cfg: Mapping[str, Any], task: str, method: str) -> int:
 
 def verl_settings(cfg: Mapping[str, Any]):
     """The resolved `verl:` block as `vpo.settings.VerlSettings` (config.yaml is where they default)."""
-    from vpo.settings import VerlSettings
-
     if "verl" not in cfg:
         raise ConfigError("the `verl:` block is missing from the config; copy it from the project's config.yaml")
     return VerlSettings.from_dict(cfg["verl"])

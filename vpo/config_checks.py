@@ -11,8 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from vpo.methods import METHODS
-
+from vpo.advantage import max_at_k_subset
+from vpo.grid import ABLATIONS, ablation_methods, grid_cells
+from vpo.method_advantage import setting_keys
+from vpo.methods import METHODS, get_method
+from vpo.task import ENTRY_POINT_GROUP, TASKS
+from vpo.templates import template_problems
 
 # the task settings only veRL reads: the CPU backends (local, trl) train the tiny model and ignore them
 VERL_TASK_KEYS = ("model", "max_prompt_length", "max_response_length", "epochs", "gpus")
@@ -75,10 +79,6 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
 def _ablation_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Ablation tasks outside the grid, lists of one, unknown names, and methods that lack the
     setting their ablation varies."""
-    from vpo.method_advantage import setting_keys
-    from vpo.grid import ABLATIONS
-    from vpo.methods import get_method
-
     block = cfg.get("ablations") or {}
     problems = [
         f"ablations.tasks: '{task}' is not in tasks {cfg['tasks']}; ablations run on the grid's tasks"
@@ -106,9 +106,6 @@ def _ablation_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
     """Variant settings their method does not take, and m on a method that writes one answer."""
-    from vpo.method_advantage import setting_keys
-    from vpo.methods import get_method
-
     problems = []
     for name, variant in variants.items():
         takes = setting_keys(variant["method"])
@@ -127,10 +124,6 @@ def _variant_problems(variants: Mapping[str, Any]) -> list[str]:
 
 def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
     """Settings a method's estimator does not take."""
-    from vpo.method_advantage import setting_keys
-
-    from vpo.grid import ablation_methods
-
     problems = []
     variants = cfg.get("variants") or {}
     for name in (m for m in dict.fromkeys([*cfg["methods"], *ablation_methods(cfg)]) if m in METHODS):
@@ -152,8 +145,6 @@ def _method_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
     """A Max@k subset that does not fit the group size of the trainer (each veRL batch preset auto may pick)."""
-    from vpo.advantage import max_at_k_subset
-
     if "max_at_k" not in cfg["methods"]:
         return []
     if cfg["backend"] != "verl":
@@ -174,9 +165,6 @@ def _max_at_k_problems(cfg: Mapping[str, Any]) -> list[str]:
 def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
     """An evaluation budget that groups of m do not fill exactly: chains of m answers, or m samples per
     shown weight vector (goal-conditioned methods with eval.goal_weights per_chain)."""
-    from vpo.grid import grid_cells
-    from vpo.methods import get_method
-
     problems = []
     variants = cfg.get("variants") or {}
     for task in cfg["tasks"]:
@@ -198,9 +186,6 @@ def _budget_problems(cfg: Mapping[str, Any]) -> list[str]:
 
 def _task_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
     """Tasks that no installed plugin provides; data settings and prompt templates a task refuses."""
-    from vpo.task import ENTRY_POINT_GROUP, TASKS
-    from vpo.templates import template_problems
-
     problems = [
         f"tasks: no installed task plugin is called '{task}' (installed: {', '.join(sorted(TASKS))}); "
         f"install the package whose {ENTRY_POINT_GROUP!r} entry point provides it, or remove it"

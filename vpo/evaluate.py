@@ -28,7 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
-N_EVAL_WEIGHTS = 100  # Dirichlet(1) weights of E_w[best-of-m], drawn with the eval seed
+from vpo.atomic import atomic_file, write_json_atomic
+from vpo.cell_lock import writing_cell
+from vpo.config import answers_per_rollout, load_config, method_settings, task_settings, trains_tiny_base
+from vpo.data import read_rows
+from vpo.generate import SamplingSettings, make_backend
+from vpo.methods import get_method
+from vpo.metrics import best_at_k_curve, best_at_k_permutation_curve, diversity, expected_best_of_m, pass_at_k_curve
+from vpo.prompts import goal_weights as weights_for_row
+from vpo.prompts import row_prompt
+from vpo.provenance import collect
+from vpo.task import resolve, task_code
+from vpo.weights import eval_weights
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,8 +96,6 @@ def prompt_plan(
     samples; "per_chain" budget / m fresh vectors per problem, drawn in problem-major order from
     default_rng(eval_seed) as the authors' MuSiQue evaluation draws them, each prompt sampled m times.
     """
-    from vpo.prompts import goal_weights as weights_for_row, row_prompt
-
     if goal_weights not in GOAL_WEIGHT_MODES:
         raise ValueError(f"eval.goal_weights {goal_weights!r} is not one of {GOAL_WEIGHT_MODES}")
     if method.multi_answer:
@@ -121,8 +130,6 @@ def candidate_frame(
     the empty answer), or, answering once, its whole response (after `single_answer_prefill`, when it is
     not empty). `texts[i]` holds the `plan.n` responses to `plan.prompts[i]`."""
     import pandas as pd
-
-    from vpo.task import task_code
 
     names = task.objective_names
     records, chains_of = [], [0] * len(rows)
@@ -161,18 +168,8 @@ def candidate_frame(
     return frame.assign(parsed=frame["answer"].str.len() > 0)
 
 
-def eval_weights(k: int, eval_seed: int) -> np.ndarray:
-    """(N_EVAL_WEIGHTS, k) Dirichlet(1) weights of E_w[best-of-m] for problems with k objectives: drawn
-    from the evaluation seed alone, so the pool metrics and the per-problem aggregate use the same."""
-    from vpo.weights import sample_weights
-
-    return sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))
-
-
 def pool_metrics(frame, task, *, budget: int, eval_seed: int) -> dict:
     """Pool metrics of a candidate frame (see module docstring); every problem holds `budget` candidates."""
-    from vpo.metrics import best_at_k_curve, best_at_k_permutation_curve, diversity, expected_best_of_m, pass_at_k_curve
-
     names = task.objective_names
     rng = np.random.default_rng([eval_seed, 2])
     weights = {}  # per k: the same draws for every problem of that k (variable_k tasks: one set per test count)
@@ -222,13 +219,6 @@ def evaluate(
     alpha: float = 1.0,
 ) -> dict:
     """Sample, score and write `<out>` (parquet) and its `.json`; returns the JSON payload."""
-    from vpo.generate import SamplingSettings, make_backend
-    from vpo.atomic import atomic_file, write_json_atomic
-    from vpo.data import read_rows
-    from vpo.methods import get_method
-    from vpo.provenance import collect
-    from vpo.task import resolve
-
     t0 = time.time()
     task, method = resolve(task_name), get_method(method_name)
     budget = int(eval_settings["budget"])
@@ -293,8 +283,6 @@ def training_provenance(model_path) -> dict | None:
 def generation_backend(cfg: dict, requested: str | None) -> str:
     """The backend a job samples with (vLLM for veRL on GPUs, else torch, unless `requested`);
     with torch, torch gets the configured threads (parallel CPU jobs must not oversubscribe)."""
-    from vpo.config import trains_tiny_base
-
     backend = requested or ("torch" if trains_tiny_base(cfg) else "vllm")
     threads = int(cfg["local_trainer"]["threads"])
     if backend == "torch" and threads > 0:
@@ -306,13 +294,11 @@ def generation_backend(cfg: dict, requested: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import answers_per_rollout, load_config, method_settings, task_settings
 
     cfg = load_config(args.config, args.preset)
     settings = task_settings(cfg, args.task)
     backend = generation_backend(cfg, args.backend)
     train_seed = args.train_seed if args.train_seed is not None else parse_train_seed(args.model)
-    from vpo.cell_lock import writing_cell
 
     out = Path(args.out)  # <cell>/eval/evalseed<e>.parquet in the workflow: that cell's lock, shared
     cell, output = (out.parent.parent, f"eval/{out.stem}") if out.parent.name == "eval" else (out.parent, out.stem)

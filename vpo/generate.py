@@ -21,13 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from vpo import llama_sampler
+from vpo import llama_sampler as sampler
+from vpo.data import rebuild_hint
+from vpo.progress import Progress
+
 BACKENDS = ("torch", "vllm")
 
 
 def load_pretrained(path: str | Path, *, dtype=None):
     """Load (model, tokenizer) from a Hugging Face directory; clear error if it is not one."""
     from vpo import tiny_llama
-    from vpo.data import rebuild_hint
 
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -147,9 +151,6 @@ def sample_responses(
     """
     import torch
 
-    from vpo import llama_sampler as sampler
-    from vpo.progress import Progress
-
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -211,8 +212,6 @@ class TorchBackend:
     @property
     def engine(self) -> str:
         """What samples: `vpo.llama_sampler` (plain torch) or `transformers.generate` (sample_responses decides)."""
-        from vpo import llama_sampler
-
         return "vpo.llama_sampler" if llama_sampler.supports(self.model) else "transformers.generate"
 
     def generate(self, prompts: Sequence[Sequence[dict]], n: int, sampling: SamplingSettings) -> list[list[str]]:

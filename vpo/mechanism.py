@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vpo.advantage import vpo_advantage
+from vpo.method_advantage import advantage_for_method
+from vpo.vpo_scores import vpo_raw_scores
+
 if TYPE_CHECKING:  # pandas is imported where a table is made (a job that plots nothing never loads it)
     import pandas as pd
 
@@ -64,8 +68,6 @@ def diversity(p: np.ndarray) -> float:
 
 def train(method: str, settings: BanditSettings, seed: int) -> dict[str, np.ndarray]:
     """Train one method from uniform logits; returns mass (steps + 1, arms), best_of_m and diversity (steps + 1,)."""
-    from vpo.method_advantage import advantage_for_method
-
     rng = np.random.default_rng([seed, METHODS.index(method)])
     m = 1 if method == "grpo" else settings.m
     eval_rng = np.random.default_rng(seed)  # the same evaluation draws for every method
@@ -128,9 +130,6 @@ def advantage_sweeps(seed: int = 0, repeats: int = 200) -> pd.DataFrame:
     """Long table sweep, k, covered, alpha, sampler, n_weights, raw_mean (rollout 0's E_w[best of its
     answers]), advantage_mean, advantage_std: over `repeats` independent weight draws."""
     import pandas as pd
-
-    from vpo.advantage import vpo_advantage
-    from vpo.vpo_scores import vpo_raw_scores
 
     def measure(sweep, k, covered, alpha=1.0, sampler="naive", n_weights=100):
         group, ids = corner_group(k, covered), ["g"] * 8

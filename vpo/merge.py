@@ -21,7 +21,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
 from vpo.atomic import atomic_dir
+from vpo.cell_lock import writing_cell
 
 
 class MergeError(RuntimeError):
@@ -118,8 +120,6 @@ def merge_run(run_dir, out=None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.cell_lock import writing_cell
-
     try:
         with writing_cell(args.run, what=f"vpo merge {args.run}", output="model"):
             model = merge_run(args.run, args.out)

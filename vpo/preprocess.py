@@ -19,6 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vpo.atomic import write_parquet_atomic
+from vpo.config import deep_merge, load_config, task_settings
+from vpo.data import read_rows
+from vpo.prompts import row_prompt
+from vpo.task import resolve, task_code
+from vpo.templates import apply_templates, read_templates
+
 # flag dest -> setting name understood by the tasks that take it (maze: all of these)
 FLAG_SETTINGS = {
     "train_size": "train_size",
@@ -93,15 +100,12 @@ def task_block(args: argparse.Namespace) -> dict[str, Any]:
     """task_settings.<task> of --config, read once ({} without one)."""
     if not args.config:
         return {}
-    from vpo.config import load_config, task_settings
 
     return task_settings(load_config(args.config, args.preset), args.task)
 
 
 def settings_from_args(args: argparse.Namespace, block: dict[str, Any]) -> dict[str, Any]:
     """The task's data settings: the config's task block (if any) < flags < --set."""
-    from vpo.config import deep_merge
-
     settings: dict[str, Any] = dict(block.get("data") or {})
     for dest, name in FLAG_SETTINGS.items():
         if getattr(args, dest, None) is not None:
@@ -114,9 +118,6 @@ def row_problem(task, rows: list[dict]) -> str | None:
     task (the reward routes on it), and its prompt must carry the single-answer format the task's
     multi-answer rewrite replaces (`Task.multi_rewrites`: without it multi-answer methods fail when
     they train)."""
-    from vpo.prompts import row_prompt
-    from vpo.task import resolve
-
     for i, row in enumerate(rows):
         try:
             if resolve(str(row.get("data_source"))) is not task:
@@ -155,11 +156,6 @@ def split_problem(task, split: str, rows: list[dict], settings: dict[str, Any]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.atomic import write_parquet_atomic
-    from vpo.data import read_rows
-    from vpo.task import resolve, task_code
-    from vpo.templates import apply_templates, read_templates
-
     try:
         task = resolve(args.task)
     except ValueError as err:

@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+
 from vpo.atomic import atomic_dir
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"

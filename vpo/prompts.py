@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from vpo.methods import get_method
 from vpo.task import Task, resolve
 from vpo.templates import PROMPT_MODES, last_user_turn, templated_content
 
@@ -118,8 +119,6 @@ def prepare_row(
     goal_cond: w = goal_weights(seed, extra_info["index"]) shown in the prompt and put in
     reward_model.ground_truth["weights"]; random_weight: the same w, hidden from the prompt.
     """
-    from vpo.methods import get_method  # the method table imports nothing heavy, but stays lazy
-
     method = get_method(method)
     out = to_plain(dict(row))
     task = resolve(out["data_source"])

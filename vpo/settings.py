@@ -14,7 +14,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-
 # The values that make sense, as JSON Schema keywords: the config schema enforces them, so a nonsense
 # value (a negative learning rate) stops the plan before any job runs.
 POSITIVE, NON_NEGATIVE = {"exclusiveMinimum": 0}, {"minimum": 0}

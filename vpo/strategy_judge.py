@@ -7,7 +7,7 @@ the keyed methods (`poly_epo`, `grpo_div`), set in `method_settings.<method>.jud
     judge: {url: http://127.0.0.1:8000/v1, model: <the served name>, on_failure: skip}
 
 The judge is any OpenAI-compatible chat-completions server: vLLM's (`vllm serve <model> --port 8000`
-on a GPU of its own) or the project's loopback server (`vpo.llm_server`). Its prompt is JUDGE_SYSTEM and
+on a GPU of its own) or the project's loopback server (`vpo.search.llm_server`). Its prompt is JUDGE_SYSTEM and
 `judge_messages` below, in this project's words (docs/methods.md quotes them; a test holds the two equal).
 The reply is one JSON object {"strategies": [one integer per response]}: equal integers, one strategy;
 0, a response that shows none (a degenerate key). A response without an answer (the task's key is

@@ -14,7 +14,6 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-
 log = logging.getLogger(__name__)
 
 

@@ -14,6 +14,18 @@ import sys
 import time
 from pathlib import Path
 
+from vpo import joblog
+from vpo.atomic import write_json_atomic
+from vpo.backend import RunSpec
+from vpo.cell_lock import CellBusy, writing_cell
+from vpo.config import answers_per_rollout, cell_digest, load_config, method_settings
+from vpo.data import rebuild_hint
+from vpo.methods import get_method
+from vpo.plan import backend_missing
+from vpo.provenance import collect
+from vpo.settings import LocalTrainerSettings
+from vpo.task import resolve
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -49,10 +61,6 @@ def write_train_json(
 ) -> Path:
     """The cell's completion marker, written last and atomically by both backends: the keys below
     (`provenance`: vpo.provenance.collect()) plus the backend's own (`extra`)."""
-    from vpo.atomic import write_json_atomic
-    from vpo.config import cell_digest
-    from vpo.provenance import collect
-
     payload = {
         "backend": backend,
         "task": task,
@@ -102,8 +110,6 @@ def train_verl(
 
 def check_inputs(args, backend: str) -> None:
     """Fail in seconds, before any model loads, on missing data / base model or unknown names."""
-    from vpo.data import rebuild_hint
-
     if not (Path(args.data) / "train.parquet").is_file():
         # the workflow writes it with the preset's data settings (`vpo preprocess` alone writes the defaults)
         raise SystemExit(
@@ -123,21 +129,15 @@ def check_inputs(args, backend: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.config import load_config
-    from vpo.methods import get_method
-    from vpo.task import resolve
 
     resolve(args.task)  # an unknown task fails before the config is read
     cfg = load_config(args.config, args.preset)
     get_method(args.method)  # after the config, which registers its method variants
     backend = args.backend or cfg["backend"]
-    from vpo.plan import backend_missing
 
     if missing := backend_missing(backend):  # before the cell is touched
         raise SystemExit(f"vpo train: {missing}")
     check_inputs(args, backend)
-    from vpo import joblog
-    from vpo.cell_lock import CellBusy, writing_cell
 
     log = args.log
     try:
@@ -174,8 +174,6 @@ IN_PROCESS_TRAINERS = {"local": ("vpo.local.trainer", "train_local"), "trl": ("v
 
 def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     """Train the cell of `args` with `backend`, holding its lock (vpo/cell_lock.py)."""
-    from vpo.config import answers_per_rollout, cell_digest, method_settings
-
     if backend == "verl":
         return train_verl(
             cfg,
@@ -189,9 +187,6 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
         )
 
     import importlib
-
-    from vpo.backend import RunSpec
-    from vpo.settings import LocalTrainerSettings
 
     module, function = IN_PROCESS_TRAINERS[backend]  # imported only when chosen: TRL is heavy, and optional
     train_run = getattr(importlib.import_module(module), function)

@@ -176,3 +176,12 @@ def draw_group_weights(
         for g, w in zip(sel, sets):
             out[g] = w
     return out
+
+
+N_EVAL_WEIGHTS = 100  # Dirichlet(1) weights of E_w[best-of-m], drawn with the eval seed
+
+
+def eval_weights(k: int, eval_seed: int) -> np.ndarray:
+    """(N_EVAL_WEIGHTS, k) Dirichlet(1) weights of E_w[best-of-m] for problems with k objectives: drawn
+    from the evaluation seed alone, so evaluation's pool metrics and the per-problem aggregate use the same."""
+    return sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))

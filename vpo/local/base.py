@@ -22,9 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
-from vpo.settings import LocalTrainerSettings
+from vpo.atomic import write_json_atomic
+from vpo.backend import save_pretrained_atomic
+from vpo.config import cell_digest, load_config, task_settings
+from vpo.data import read_rows
+from vpo.generate import SamplingSettings, render_prompts, sample_responses
+from vpo.local.adamw import AdamW
+from vpo.local.group_forward import StepBatch
 from vpo.progress import Progress
-from vpo.prompts import PROMPT_MODES
+from vpo.prompts import PROMPT_MODES, goal_weights, row_prompt
+from vpo.reward import compute_score
+from vpo.settings import LocalTrainerSettings
+from vpo.task import resolve, task_code
 
 log = logging.getLogger("vpo.local.base")
 
@@ -52,8 +61,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
     """The row's prompt in one of the three forms (goal weights drawn as goal_cond draws them)."""
-    from vpo.prompts import goal_weights, row_prompt
-
     weights = None
     if mode == "goal":
         weights = goal_weights(seed, int(row.get("extra_info", {}).get("index", 0)), task.k)
@@ -62,8 +69,6 @@ def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
 
 def prompt_ids(tokenizer, messages) -> list[int]:
     """The token ids of a prompt's messages, rendered by the tokenizer's chat template."""
-    from vpo.generate import render_prompts
-
     return tokenizer(render_prompts(tokenizer, [messages])[0], add_special_tokens=False)["input_ids"]
 
 
@@ -86,9 +91,6 @@ def sampled_success(
 ) -> dict:
     """Mean score, the share of samples with a solved answer (the reward's `acc`) and the share that
     hit the token limit, for prompts of the given form."""
-    from vpo.generate import SamplingSettings, sample_responses
-    from vpo.reward import compute_score
-
     picked = rows[:n_prompts]
     n_answers = m if mode == "multi" else 1
     ids = [prompt_ids(tokenizer, prompt_variant(task, r, mode, m, seed)) for r in picked]
@@ -129,11 +131,7 @@ def build_base_model(
     """Build tokenizer + model, warm-start it, save to out_dir; returns the base.json payload."""
     import torch
 
-    from vpo.atomic import write_json_atomic
-    from vpo.data import read_rows
-    from vpo.backend import save_pretrained_atomic
     from vpo.local.model import count_parameters
-    from vpo.task import resolve
 
     if mode not in PROMPT_MODES:
         raise ValueError(f"base model: prompt form {mode!r} is not one of {PROMPT_MODES}")
@@ -177,7 +175,6 @@ def untrained_model(
     """(tokenizer, randomly initialised model): the vocabulary covers every prompt form of `rows` and a
     demonstration of one and of m answers for each of `demo_rows` (drawn from rng)."""
     from vpo.local.model import TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases
-    from vpo.task import task_code
 
     prompts = [
         msg["content"] for row in rows for mode in PROMPT_MODES for msg in prompt_variant(task, row, mode, m, seed)
@@ -204,10 +201,6 @@ def warm_start(
     """Supervised steps on fresh demonstrations in the prompt form `mode` (AdamW, cosine decay to 10%,
     gradients clipped to 1); returns each step's loss and leaves the model in eval mode."""
     import torch
-
-    from vpo.local.adamw import AdamW
-    from vpo.local.group_forward import StepBatch
-    from vpo.task import task_code
 
     optimizer = AdamW(model.parameters(), lr=cfg.warm_start_lr, betas=(0.9, 0.999), weight_decay=0.01)
     n_answers = m if mode == "multi" else 1
@@ -248,9 +241,6 @@ def warm_start(
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.config import cell_digest, load_config, task_settings
-    from vpo.settings import LocalTrainerSettings
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = load_config(args.config, args.preset)
     settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])

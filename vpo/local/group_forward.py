@@ -19,6 +19,8 @@ V vocabulary, H hidden size.
 
 from __future__ import annotations
 
+from vpo.generate import left_pad
+
 
 def group_response_logprobs(
     model,
@@ -42,8 +44,15 @@ def group_response_logprobs(
     """
     import torch
 
-    from vpo.tiny_llama import Dims, attention_inputs, attention_output, left_padded_mask, left_padded_positions
-    from vpo.tiny_llama import mlp_residual, rotary_tables
+    from vpo.tiny_llama import (
+        Dims,
+        attention_inputs,
+        attention_output,
+        left_padded_mask,
+        left_padded_positions,
+        mlp_residual,
+        rotary_tables,
+    )
 
     dims = Dims(model.config)
     cos_p, sin_p = rotary_tables(dims, left_padded_positions(prompt_attention))
@@ -136,8 +145,6 @@ class StepBatch:
 
     def __init__(self, prompt_ids, response_ids, n: int, pad_id: int):
         import torch
-
-        from vpo.generate import left_pad
 
         if len(response_ids) != len(prompt_ids) * n:
             raise ValueError(f"{len(response_ids)} responses for {len(prompt_ids)} prompts x {n}")

@@ -6,6 +6,8 @@ vpo/local/group_forward.py.
 
 from __future__ import annotations
 
+from vpo.local.adamw import AdamW
+
 
 def masked_mean(values, mask):
     """Token-mean over the masked entries (veRL loss_agg_mode=token-mean); 0 for an empty mask."""
@@ -49,8 +51,6 @@ def optimizer_for(policy, settings):
     """The policy's optimizer: AdamW at a constant learning rate, betas (0.9, 0.999), eps 1e-8 and the
     settings' weight decay (veRL's actor optimizer, torch's AdamW, with `lr_scheduler_type: constant` and
     no warmup; vpo/local/adamw.py computes torch's AdamW update to the same floats)."""
-    from vpo.local.adamw import AdamW
-
     adam = {"betas": (0.9, 0.999), "eps": 1e-8}  # pragma: no mutate (torch's defaults, written out as veRL's)
     return AdamW(policy.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, **adam)
 

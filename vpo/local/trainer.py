@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vpo.local import checkpoint as ckpt
+from vpo import tracking
 from vpo.backend import (
     RunSpec,
     check_base_model,
@@ -27,9 +27,21 @@ from vpo.backend import (
     save_pretrained_atomic,
     truncate_metrics,
 )
+from vpo.config import file_digest
+from vpo.data import read_rows
+from vpo.generate import SamplingSettings, load_pretrained, render_prompts, sample_responses
+from vpo.llama_sampler import supports
+from vpo.local import checkpoint as ckpt
+from vpo.local.group_forward import StepBatch
+from vpo.local.rl import optimizer_for, policy_update
+from vpo.method_advantage import advantage_for_method
+from vpo.methods import get_method
+from vpo.progress import Progress
+from vpo.reward import compute_score
+from vpo.rollouts import as_matrix
 from vpo.settings import LocalTrainerSettings
 from vpo.strategy_judge import judge_from_settings, row_question
-from vpo.progress import Progress
+from vpo.task import resolve
 
 log = logging.getLogger("vpo.local.trainer")
 
@@ -49,8 +61,6 @@ def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
 
 def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
     """compute_score of every rollout (its score, sub_scores, channels, acc and num_answers)."""
-    from vpo.reward import compute_score
-
     return [
         compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
         for row, text in zip(rows, texts)
@@ -79,12 +89,6 @@ class Learner:
         """RL step `step` (1-based) of a run with data seed `seed`: sample, score, estimate, update;
         returns its metrics record."""
         import torch
-
-        from vpo.method_advantage import advantage_for_method
-        from vpo.generate import sample_responses
-        from vpo.local.group_forward import StepBatch
-        from vpo.local.rl import policy_update
-        from vpo.rollouts import as_matrix
 
         cfg, tokenizer, n = self.settings, self.tokenizer, self.settings.rollouts_per_prompt
         t_step = time.time()
@@ -153,10 +157,6 @@ class Models:
 def load_models(spec: RunSpec, method, m: int) -> Models:
     """The base model (twice: policy and reference) and the prepared rows; ValueError when the base was
     built for another prompt form, is no model the local forward computes, or the prompts do not fit."""
-    from vpo.data import read_rows
-    from vpo.generate import load_pretrained, render_prompts
-    from vpo.llama_sampler import supports
-
     check_base_model(spec, method, m)
     rows = prepare_rows(
         read_rows(spec.data_dir, "train"), spec.method, m, spec.seed, alpha=spec.method_settings.get("alpha")
@@ -186,8 +186,6 @@ def load_models(spec: RunSpec, method, m: int) -> Models:
 
 def run_record(spec: RunSpec, m: int) -> dict:
     """What produces this run's checkpoints; a checkpoint made by anything else is never resumed."""
-    from vpo.config import file_digest
-
     base = Path(spec.base_model)
     return {
         "config_hash": spec.config_hash,
@@ -205,9 +203,6 @@ def resume(ckpt_root: Path, record: dict, models: Models, optimizer, np_rng, cfg
     the generators restored), or the optimizer given and step 0."""
     import torch
 
-    from vpo.generate import load_pretrained
-    from vpo.local.rl import optimizer_for
-
     latest, state = ckpt.resumable_checkpoint(ckpt_root, record)
     if latest is None:
         return optimizer, 0
@@ -223,11 +218,6 @@ def resume(ckpt_root: Path, record: dict, models: Models, optimizer, np_rng, cfg
 def train_local(spec: RunSpec) -> dict:
     """Run (or resume) one cell; returns the train.json payload, written last."""
     import torch
-
-    from vpo import tracking
-    from vpo.local.rl import optimizer_for
-    from vpo.methods import get_method
-    from vpo.task import resolve
 
     cfg, method, task = spec.settings, get_method(spec.method), resolve(spec.task)
     m = spec.m if method.multi_answer else 1
@@ -277,8 +267,6 @@ def train_local(spec: RunSpec) -> dict:
 
 def start_tracking(spec: RunSpec, m: int, out: Path):
     """The cell's W&B run (none when wandb.mode is disabled), with the run's settings as its config."""
-    from vpo import tracking
-
     config = {
         "method_settings": spec.method_settings,
         "m": m,
@@ -294,8 +282,6 @@ def start_tracking(spec: RunSpec, m: int, out: Path):
 def learner_for(spec: RunSpec, models: Models, optimizer, method, task, np_rng) -> Learner:
     """The run's Learner: the models and optimizer given, rollouts sampled at the settings' temperature
     and top-p up to the prompt form's token limit, batches drawn from np_rng."""
-    from vpo.generate import SamplingSettings
-
     cfg = spec.settings
     sampling = SamplingSettings(
         temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=models.max_new_tokens, seed=None

@@ -42,8 +42,14 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
-from vpo.atomic import atomic_file
+
+from vpo.atomic import atomic_file, write_json_atomic
+from vpo.cell_lock import reading_cells
 from vpo.data import read_json_object
+from vpo.metrics import best_at_k, diversity, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
+from vpo.provenance import collect, summarize
+from vpo.task import resolve
+from vpo.weights import eval_weights
 
 CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
 SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
@@ -127,8 +133,6 @@ def provenance_record(paths: Iterable[str | os.PathLike]) -> dict:
     its training's, as the evaluation JSON carries them) and the fields on which they disagree."""
     import json
 
-    from vpo.provenance import collect, summarize
-
     results = {}
     for path in paths:
         payload = json.loads(Path(path).read_text())
@@ -158,9 +162,6 @@ def problem_scores(
     at each k of `ks` (capped at the pool size) and the POOL_QUALITY metrics (k NaN; the hypervolume
     against the point hv_reference in every objective). Expected utility uses the evaluation's own
     weights (100 Dirichlet(1) draws from the eval seed, as E_w[best-of-m])."""
-    from vpo.evaluate import eval_weights
-    from vpo.metrics import best_at_k, diversity, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
-
     rows, weights = [], {}
     for problem, pool in frame.groupby("problem", sort=True):
         scalars, n, correct = pool["scalar"].to_numpy(float), len(pool), int(pool["correct"].sum())
@@ -185,8 +186,6 @@ def problem_scores(
 def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int], hv_reference: float = 0.0) -> pd.DataFrame:
     """evalseed{e}.parquet pools (their .json beside them names the cell) -> per_problem.csv rows,
     averaged over evaluation seeds inside each training seed."""
-    from vpo.task import resolve
-
     frames = []
     for path in pools:
         path = Path(path)
@@ -351,8 +350,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.cell_lock import reading_cells
-
     inputs = {"evals": "files", "problems": "pools", "evolve": "summaries", "training": "markers"}[args.what]
     with reading_cells(getattr(args, inputs), what=f"vpo aggregate {args.what}"):
         return aggregate(args)
@@ -364,8 +361,6 @@ def aggregate(args: argparse.Namespace) -> int:
         per_seed, summary = aggregate_evals(args.files)
         write_csv(per_seed, Path(args.out_dir) / "per_seed.csv")
         write_csv(summary, Path(args.out_dir) / "summary.csv")
-        from vpo.atomic import write_json_atomic
-
         write_json_atomic(Path(args.out_dir) / "provenance.json", provenance_record(args.files))
         print(f"aggregated {len(args.files)} eval results into {len(summary)} summary rows", file=sys.stderr)
     elif args.what == "problems":

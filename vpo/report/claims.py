@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vpo.data import read_csv_table, rebuild_hint
+from vpo.report.intervals import improvement_interval, paired, score_table
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -93,8 +96,6 @@ def training_trend(training: pd.DataFrame, method: str, column: str = "pool_dive
 
 def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim) -> pd.DataFrame:
     """(training seeds, problems) scores the claim compares, the columns the problems' ids."""
-    from vpo.report.intervals import score_table
-
     if claim.metric != "gain":
         return score_table(per_problem, task, method, claim.metric, np.nan if claim.k is None else claim.k)
     budget = per_problem[(per_problem.task == task) & (per_problem.metric == "best_at_k")].k.max()
@@ -112,8 +113,6 @@ def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int 
     """One row per task and other method: probability, low, high, holds, and why it cannot be checked
     (`reason`, "" when it was). A task with no other method gives one failing row: a claim compared with
     nothing never holds."""
-    from vpo.report.intervals import improvement_interval, paired
-
     rows = []
     for task in sorted(per_problem.task.unique()):
         methods = list(dict.fromkeys(per_problem[per_problem.task == task].method))
@@ -206,8 +205,6 @@ MIN_REPS = 100  # fewer gives intervals of a few distinct replicates (1: zero wi
 def read_per_problem(path: Path) -> pd.DataFrame:
     """per_problem.csv, refused naming the file when a value is missing or not finite (a truncated or
     damaged file) or a (task, method, seed, problem, metric, k) row repeats."""
-    from vpo.data import read_csv_table, rebuild_hint
-
     frame = read_csv_table(path)
     key = ["task", "method", "train_seed", "problem", "metric", "k"]
     missing = [c for c in (*key, "value") if c not in frame.columns]
@@ -254,8 +251,6 @@ def training_claims(training: pd.DataFrame | None, path: Path, claims=TRAINING_C
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.data import read_csv_table
-
     if args.reps < MIN_REPS:
         raise SystemExit(f"vpo claims: --reps {args.reps} is too few bootstrap resamples; give at least {MIN_REPS}")
     agg = Path(args.results) / "aggregate"

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from vpo.methods import METHODS
 from vpo.report import interval_figures
-from vpo.report.mechanism_figures import mechanism_advantage, mechanism_bandit
 from vpo.report.aggregate import training_curve_stats
 from vpo.report.kit import (
     METRIC_LABELS,
@@ -34,6 +34,7 @@ from vpo.report.kit import (
     use_figure_fonts,
 )
 from vpo.report.labels import method_label, task_label
+from vpo.report.mechanism_figures import mechanism_advantage, mechanism_bandit
 from vpo.report.tables import lookup
 
 
@@ -258,8 +259,6 @@ def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlab
     error bars, one line per method of the table (a variant joins its method's line)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    from vpo.methods import METHODS
-
     budget = int(summary[(summary.task == task) & (summary.metric == "best_at_k")].k.max())
     families: dict[str, list[str]] = {}
     for method in setting:
@@ -307,7 +306,7 @@ def evolve(*, curves: pd.DataFrame, task: str, methods: list[str], out, scale: s
         title=f"Evolutionary search (OpenEvolve) on {task_label(task)}",
         n_seeds=n_seeds,
         note="on the test problems no selecting method solved within the best@k budget, or, when fewer, the "
-        f"lowest-scoring ones (vpo/evolve_select.py); {finish_default_note(n_seeds)}",
+        f"lowest-scoring ones (vpo/search/hardest.py); {finish_default_note(n_seeds)}",
         scale=scale,
     )
     return fig

@@ -38,6 +38,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vpo.data import read_csv_table
+from vpo.report.aggregate import write_csv
+from vpo.report.labels import method_label, task_label, use_variants
+from vpo.report.table_render import cell_frame, render, write_outputs
+
 COLUMNS = {
     "intervals": ["task", "method", "metric", "k", "estimator", "point", "low", "high", "n_seeds", "n_problems"],
     "improvement": ["task", "method", "other", "metric", "k", "probability", "low", "high"],
@@ -288,8 +293,6 @@ def interval_table(
 def render_intervals(
     table: pd.DataFrame, reference: str, *, latex: bool, html: bool = False, pool: bool = False
 ) -> str:
-    from vpo.report.labels import method_label, task_label
-    from vpo.report.table_render import cell_frame, render
 
     ref = method_label(reference)
     cells: dict[str, dict] = {}
@@ -353,11 +356,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.data import read_csv_table
-    from vpo.report.aggregate import write_csv
-    from vpo.report.labels import use_variants
-    from vpo.report.table_render import write_outputs
-
     if args.what == "table":
         use_variants(args.variants)
         pool = args.kind == "pool_quality"

@@ -6,8 +6,8 @@ A method's colour is fixed across figures (its position in the method table)."""
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import textwrap
 from pathlib import Path
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from vpo.mechanism import ARMS, PARETO
 from vpo.report.kit import METHOD_ORDER, finish, method_style, panel_grid, series_style
 from vpo.report.labels import method_label
 
@@ -19,7 +20,6 @@ def mechanism_bandit(*, bandit: pd.DataFrame, out):
     """The toy bandit of `vpo.mechanism`: one panel of arm masses per method, then E_w[best of m] and
     diversity against step. Lines are means over seeds; each seed is drawn thinly behind them."""
     table = bandit
-    from vpo.mechanism import ARMS, PARETO
 
     methods = [m for m in METHOD_ORDER if m in set(table.method)]
     fig, axes = panel_grid(len(methods) + 2)

@@ -13,6 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vpo.atomic import atomic_file
+from vpo.data import read_csv_table
+from vpo.report.labels import use_variants
+
 PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
 TABLE_HELP = {
     "summary": "aggregate/summary.csv",
@@ -58,9 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def draw(args: argparse.Namespace, out: str):
     """The figure `args` asks for, saved to `out`; returns it."""
-    from vpo.data import read_csv_table
     from vpo.report.figures import FIGURES
-    from vpo.report.labels import use_variants
 
     figure = FIGURES[args.figure]
     kwargs = {name: read_csv_table(getattr(args, name)) for name in figure.tables if getattr(args, name)}
@@ -75,8 +77,6 @@ def draw(args: argparse.Namespace, out: str):
 
 def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
-
-    from vpo.atomic import atomic_file
 
     first, *others = args.out
     fig = draw(args, first)

@@ -23,8 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vpo.atomic import set_aside
 from vpo.backend import check_base_model, rollout_record, save_pretrained_atomic, truncate_metrics
+from vpo.config import file_digest
+from vpo.methods import get_method
+from vpo.progress import Progress
 from vpo.rollouts import as_matrix
+from vpo.task import resolve
 
 log = logging.getLogger("vpo.trl_ext.run")
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
@@ -39,8 +44,6 @@ def resumable(root: Path, record: dict) -> Path | None:
     checkpoint aside and starts afresh, as the local trainer does; a newest checkpoint that is cut off (no
     record) or damaged (a file that does not load) is named, moved to `damaged-<name>`, and the one before it
     is tried."""
-    from vpo.atomic import set_aside
-
     if (root / "final").exists():
         aside = set_aside(root)
         log.warning("starting from step 0: the checkpointed run had finished; old checkpoints moved to %s", aside)
@@ -132,10 +135,6 @@ def train_trl(spec) -> dict:
     import torch
     from transformers import TrainerCallback
 
-    from vpo.methods import get_method
-    from vpo.progress import Progress
-    from vpo.task import resolve
-
     cfg, method = spec.settings, get_method(spec.method)
     m = spec.m if method.multi_answer else 1
     out, base = Path(spec.out_dir), Path(spec.base_model)
@@ -201,8 +200,6 @@ def train_trl(spec) -> dict:
 def run_record(spec, m: int, base: Path) -> dict:
     """What a checkpoint must match to be resumed: the settings' hash, the cell, and digests of the base
     model's weights and the training split."""
-    from vpo.config import file_digest
-
     return {
         "config_hash": spec.config_hash,
         "method": spec.method,

@@ -39,14 +39,20 @@ require_supported_trl()
 import torch  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
+from vpo.backend import prepare_rows
+from vpo.data import read_rows
+from vpo.method_advantage import advantage_for_method
+from vpo.methods import get_method
+from vpo.metrics import group_pool_diversity
+from vpo.reward import compute_score
+from vpo.rollouts import as_matrix
+
 
 def task_scorer(
     completion: str, *, data_source: str, reward_model: dict, extra_info: dict | None = None, **_: Any
 ) -> dict:
     """The project's reward (`vpo.reward.compute_score`) of one completion of a prepared row
     (`vpo.prompts.prepare_row`): {"score": float, "sub_scores": (m, k) as JSON, ...}."""
-    from vpo.reward import compute_score
-
     return compute_score(data_source, completion, reward_model["ground_truth"], extra_info)
 
 
@@ -135,7 +141,6 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         estimator_seed: int = 0,
         **kwargs,
     ):
-        from vpo.methods import get_method
 
         if "reward_funcs" in kwargs:
             raise TypeError("EstimatorGRPOTrainer scores with `scorer`; it takes no reward_funcs")
@@ -155,10 +160,6 @@ class EstimatorGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         from accelerate.utils import gather_object
-
-        from vpo.method_advantage import advantage_for_method
-        from vpo.metrics import group_pool_diversity
-        from vpo.rollouts import as_matrix
 
         started = time.time()
         output = super()._generate_and_score_completions(inputs)
@@ -228,8 +229,5 @@ def task_dataset(data_dir: str, method: str, *, m: int = 3, seed: int = 0, alpha
     (`vpo.prompts.prepare_row`: the prompt rewritten for m answers or a goal, as chat messages, and the
     columns `task_scorer` reads)."""
     from datasets import Dataset
-
-    from vpo.data import read_rows
-    from vpo.backend import prepare_rows
 
     return Dataset.from_list(prepare_rows(read_rows(data_dir, "train"), method, m, seed, alpha=alpha))

@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vpo import tracking
-from vpo.tracking import run_name  # one naming for both trainers' W&B runs
+from vpo.config import answers_per_rollout, method_settings, task_settings, verl_settings
+from vpo.methods import get_method
 from vpo.settings import BatchPreset, VerlSettings
+from vpo.tracking import run_name  # one naming for both trainers' W&B runs
 from vpo.verl_ext import CONFIG_NAME, PLUGIN_MODULE, TRAINER_MODE, VERL_CONFIG_DIR
+from vpo.verl_ext.estimators import estimator_for_method
 
 
 class PreflightError(ValueError):
@@ -138,9 +141,6 @@ def build_command(
 
     model: a local model directory that replaces the task's `model` (the CPU device trains the
     tiny base model of the method's prompt form)."""
-    from vpo.config import task_settings, verl_settings
-    from vpo.verl_ext.estimators import estimator_for_method
-
     settings, tset = verl_settings(cfg), task_settings(cfg, task)
     out_dir, data_dir = Path(out_dir).resolve(), Path(data_dir).resolve()
     gpus = int(settings.gpus or tset["gpus"] or 1)
@@ -205,9 +205,6 @@ def run_overrides(
     files: tuple[Path, Path],
 ) -> list[str]:
     """The cell's data, model, batch and estimator overrides, then the method's estimator settings."""
-    from vpo.config import answers_per_rollout, method_settings, task_settings
-    from vpo.methods import get_method
-
     spec, tset = get_method(method), task_settings(cfg, task)
     m = answers_per_rollout(cfg, task, method) if spec.multi_answer else 1
     overrides = [

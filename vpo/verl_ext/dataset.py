@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
+from vpo.methods import get_method
+from vpo.prompts import prepare_row
+
 
 class VPODataset(RLHFDataset):
     """RLHFDataset whose rows (prompt, extra_info, ground truth) are rewritten for the method."""
@@ -22,7 +25,6 @@ class VPODataset(RLHFDataset):
     def __init__(self, data_files, tokenizer, config, processor=None, max_samples: int = -1):
         block = config.get("vpo", None) or {}
         # Read the method before loading data, so a wrong name fails before anything is read.
-        from vpo.methods import get_method
 
         self.vpo_method = get_method(str(block.get("method", "grpo")))  # method whose rows these are
         self.vpo_m = int(block.get("m", 1))  # answers per rollout for multi-answer methods
@@ -33,8 +35,6 @@ class VPODataset(RLHFDataset):
         )
 
     def __getitem__(self, item):
-        from vpo.prompts import prepare_row
-
         row = super().__getitem__(item)
         prepared = prepare_row(row, self.vpo_method, self.vpo_m, self.vpo_seed, alpha=self.vpo_alpha)
         for key in ("prompt", "extra_info", "reward_model"):

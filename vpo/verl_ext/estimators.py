@@ -25,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from vpo.method_advantage import advantage_for_method
+from vpo.methods import get_method
 from vpo.metrics import group_pool_diversity, group_strategies
 from vpo.rollouts import BOOKKEEPING_KEYS, as_matrix
-
+from vpo.strategy_judge import judge_from_settings
 from vpo.verl_ext import TRAINER_MODE
 
 # veRL estimator name -> vpo method whose advantage it computes. grpo, goal_cond and random_weight
@@ -50,7 +52,6 @@ def estimator_for_method(method: str) -> str:
     for estimator, name in ESTIMATOR_METHODS.items():
         if name == method:
             return estimator
-    from vpo.methods import get_method
 
     return get_method(method).estimator  # grpo, goal_cond, random_weight -> veRL's "grpo"
 
@@ -134,8 +135,6 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
     """
     import torch
 
-    from vpo.method_advantage import advantage_for_method
-
     batch_size = token_level_rewards.shape[0]
     rollouts = _STAGED.get()
     if rollouts is not None and len(rollouts.extras) != batch_size:
@@ -205,9 +204,6 @@ def judge_strategies(
 ) -> dict[str, float]:
     """With a keyed method whose settings name a `judge` (vpo.strategy_judge), replace each staged
     rollout's `strategy` by the judge's key; returns the judge's metrics (none without a judge)."""
-    from vpo.methods import get_method
-    from vpo.strategy_judge import judge_from_settings
-
     block = _config_get(config, "vpo", None)
     method = _config_get(block, "method", None)
     settings, _ = method_settings_from_config(config)

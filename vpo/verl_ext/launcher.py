@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from vpo.atomic import write_text_atomic
+from vpo.atomic import set_aside, write_text_atomic
+from vpo.config import cell_digest, file_digest
 from vpo.tracking import run_name
 from vpo.verl_ext.command import PreflightError, build_command
 from vpo.verl_ext.preflight import check_cell, preflight
-
 
 # ---------------------------------------------------------------------------------------------
 # Running and recording
@@ -101,8 +101,6 @@ def claim_checkpoints(checkpoint_dir: Path, provenance: Mapping[str, Any]) -> st
     """Let veRL resume from `checkpoint_dir` only if its checkpoints were made by this very run
     (same record) and that run is unfinished; otherwise move them aside so veRL starts at step 0.
     Writes this run's record; returns why the old checkpoints were set aside, or None."""
-    from vpo.atomic import set_aside
-
     reason = None
     if checkpoint_dir.is_dir() and any(checkpoint_dir.iterdir()):
         try:
@@ -148,8 +146,6 @@ def train_cell(
     print_command: print the veRL command line (environment first) and return without running
     or checking the GPU-side files.
     """
-    from vpo.config import cell_digest, file_digest
-
     try:
         check_cell(cfg, task, method)
         command = build_command(cfg, task, method, int(seed), out_dir, data_dir, model=model)

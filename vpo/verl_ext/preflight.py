@@ -10,17 +10,16 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from vpo.config import answers_per_rollout, task_settings, verl_settings
+from vpo.methods import METHODS, get_method
 from vpo.verl_ext import CONFIG_NAME, VERL_CONFIG_DIR
 from vpo.verl_ext.command import CellCommand, PreflightError
-
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
     """Cheap checks on names (no files, no veRL): method and task exist in the config."""
-    from vpo.methods import METHODS
-
     if method not in METHODS:
         raise PreflightError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
     if task not in (cfg.get("task_settings") or {}):
@@ -94,10 +93,11 @@ def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_
 def check_with_verl(command: CellCommand) -> None:
     """The estimator is registered in veRL, and veRL composes and validates the job's config."""
     try:
-        import vpo.verl_ext.plugin  # noqa: F401  (registers the estimators and the trainer)
         from verl.trainer.ppo import core_algos
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import validate_config
+
+        import vpo.verl_ext.plugin  # noqa: F401  (registers the estimators and the trainer)
     except ImportError as err:
         raise PreflightError(f"veRL is not importable ({err}); install the extra: pip install -e '.[verl]'") from err
     try:
@@ -116,9 +116,6 @@ def check_with_verl(command: CellCommand) -> None:
 
 def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellCommand, *, with_verl: bool = True) -> None:
     """Every check that can fail before Ray starts; raises PreflightError naming the problem."""
-    from vpo.config import answers_per_rollout, task_settings, verl_settings
-    from vpo.methods import get_method
-
     spec = get_method(method)
     tset = task_settings(cfg, task)
     settings = verl_settings(cfg)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vpo.reward import compute_score as score_response
+
 
 def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **verl_kwargs: Any
@@ -20,6 +22,4 @@ def compute_score(
     verl_kwargs (`reward_router_address`, `reward_model_tokenizer`, reward_kwargs) are unused:
     every task's reward is rule-based.
     """
-    from vpo.reward import compute_score as score_response
-
     return score_response(data_source, solution_str, ground_truth, extra_info)

@@ -1,5 +1,5 @@
 """vLLM's own OpenAI-compatible server for a merged model (GPU), the evolutionary search's model server
-where `vpo.llm_server.LoopbackServer` serves the CPU's tiny models: a child process bound to 127.0.0.1
+where `vpo.search.llm_server.LoopbackServer` serves the CPU's tiny models: a child process bound to 127.0.0.1
 that the kernel stops when the job's process dies (PR_SET_PDEATHSIG), answering only requests that
 carry the job's random bearer token.
 """
@@ -16,7 +16,7 @@ import time
 import urllib.request
 from typing import Iterator
 
-from vpo.llm_server import HOST, free_port
+from vpo.search.llm_server import HOST, free_port
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The sandbox's launcher: run as `python -I -S sandbox_helper.py JOB_DIR` by `vpo.sandbox`, never
+"""The sandbox's launcher: run as `python -I -S helper.py JOB_DIR` by `vpo.sandbox`, never
 imported. Standard library only (it runs under the base interpreter, without the project).
 
 JOB_DIR holds `spec.json`, `main.py` and `stdin`. The helper isolates itself as far as the machine
@@ -6,7 +6,7 @@ allows, forks the program, waits for it and writes `exit.json` ({"returncode", "
 next to `isolation.json` ({"namespaces", "uid", "memory_cap", "cgroup"}); the caller owns the wall
 clock and reads both.
 
-Isolation, strongest first (the namespaces, the uid and the root are vpo/sandbox_isolation.py's):
+Isolation, strongest first (the namespaces, the uid and the root are vpo/sandbox/isolation.py's):
 - namespaces: new PID, network and mount namespaces (as root directly; otherwise inside a new
   unprivileged user namespace). The program is PID 1 of its namespace, so every process it starts
   dies with it; it has no network interface but a down loopback; its root is a fresh tmpfs holding
@@ -45,7 +45,7 @@ def _sibling(name):
     return module
 
 
-isolation = _sibling("sandbox_isolation")
+isolation = _sibling("isolation")
 libc, under = isolation.libc, isolation.under
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 24, 38, 36
 WATCH_S = 0.02  # the memory watcher's period

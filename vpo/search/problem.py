@@ -3,7 +3,7 @@
 
 OpenEvolve (full rewrites, islands, MAP-Elites database, checkpoints every `checkpoint_interval`
 iterations) asks the cell's model server for a better program, shown the parent program and its
-fitness (`parent_in_prompt`) followed by the problem's prompt; `vpo.evolve_evaluator` scores each
+fitness (`parent_in_prompt`) followed by the problem's prompt; `vpo.search.evaluator` scores each
 program. A problem's directory holds its ground truth, template, starting program, OpenEvolve's
 configuration, checkpoints and traces (trace.jsonl, trace_failures.jsonl) and, once done,
 result.json. A killed search resumes from the last checkpoint, its traces cut back to it.
@@ -18,6 +18,9 @@ import logging
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from vpo.atomic import write_json_atomic, write_text_atomic
+from vpo.search.evaluator import program_client, score_program
 
 log = logging.getLogger(__name__)
 TRACE, FAILURES = "trace.jsonl", "trace_failures.jsonl"  # the second: OpenEvolve's name beside the first
@@ -158,7 +161,6 @@ def read_records(path: Path, through: int | None = None) -> dict[int, dict]:
 
 def keep_through(path: Path, iteration: int) -> None:
     """Drop what a killed run traced after its last checkpoint (the resumed run redoes it)."""
-    from vpo.atomic import write_text_atomic
 
     if path.is_file():
         write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in read_records(path, iteration).values()))
@@ -195,7 +197,6 @@ def search_problem(
     m: int,
 ) -> dict:
     """Run (or resume) one problem's search; returns its result, also written to result.json."""
-    from vpo.atomic import write_json_atomic
 
     done = problem_dir / "result.json"
     if done.is_file():
@@ -214,7 +215,6 @@ def prepare_problem(
     """Write what OpenEvolve reads for one problem (its ground truth, the user template, the starting
     program) and the configuration's record; returns (the starting program's file, the configuration).
     server: url, api_key, model_name and sampling of the cell's model server."""
-    from vpo.atomic import write_json_atomic, write_text_atomic
 
     problem_dir.mkdir(parents=True, exist_ok=True)
     problem_file = write_json_atomic(
@@ -253,8 +253,6 @@ def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: Evo
     from openevolve.config import Config
     from openevolve.controller import EvolutionFailedError
 
-    from vpo.evolve_evaluator import program_client
-
     trace, failures, output_dir = problem_dir / TRACE, problem_dir / FAILURES, problem_dir / "openevolve"
     checkpointed, checkpoint = last_checkpoint(output_dir)
     for path in (trace, failures):
@@ -272,7 +270,7 @@ def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: Evo
     for model in oe_config.llm.models:  # responses reach OpenEvolve with every program in them
         model.init_client = functools.partial(program_client, task=task.name, m=m)
     controller = OpenEvolve(
-        str(initial), sys.modules["vpo.evolve_evaluator"].__file__, oe_config, output_dir=str(output_dir)
+        str(initial), sys.modules["vpo.search.evaluator"].__file__, oe_config, output_dir=str(output_dir)
     )
     try:
         asyncio.run(
@@ -295,7 +293,6 @@ def problem_result(
 ) -> dict:
     """One problem's result from its traces: the best score so far at each iteration, when it was
     solved, and how many programs the task's scorer raised on."""
-    from vpo.evolve_evaluator import score_program
 
     programs, failed = read_records(problem_dir / TRACE), read_records(problem_dir / FAILURES)
     start_score = score_program(task.name, START_PROGRAM, row["reward_model"]["ground_truth"], m)
@@ -304,7 +301,7 @@ def problem_result(
     )
     solved_at = next((r["iteration"] for r in curve if r["solved"]), None)
     scorer_errors = int(sum((r.get("child_metrics") or {}).get("scorer_errors", 0.0) for r in programs.values()))
-    if scorer_errors:  # scored 0 by vpo.evolve_evaluator.score_program, which shows the error on the text
+    if scorer_errors:  # scored 0 by vpo.search.evaluator.score_program, which shows the error on the text
         log.warning(
             "problem %s: the %s scorer raised on %d of %d programs",
             problem_dir.name,

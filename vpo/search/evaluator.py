@@ -18,15 +18,16 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+from vpo.task import resolve
+
 
 def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: int) -> dict[str, float]:
     """{combined_score, solved (0/1), answers, scorer_errors (0/1)} of one program text; never raises.
     Its answers are scored as training scores them (`Task.score_answers`: values forced into [0, 1], so a
     scorer giving percentages scores the search as it scores training and evaluation). A task whose code
     raises on the text, or whose scorer returns the wrong number of values, scores it 0 with scorer_errors 1,
-    which the search counts and reports (`vpo.evolve.search_problem`): model output never crashes a search,
+    which the search counts and reports (`vpo.search.evolve.search_problem`): model output never crashes a search,
     and a scorer bug shows."""
-    from vpo.task import resolve
 
     task = resolve(task_name)
     try:
@@ -47,7 +48,6 @@ def score_program(task_name: str, text: str, ground_truth: dict[str, Any], m: in
 def program_response(task_name: str, text: str, m: int) -> str:
     """A response as OpenEvolve should read it: for m > 1 on a code task, its distinct programs
     (`Task.split_answers`) in one ```python block joined by `---` lines; otherwise the text unchanged."""
-    from vpo.task import resolve
 
     task = resolve(task_name)
     if m == 1 or task.program_language != "python":

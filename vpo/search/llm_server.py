@@ -1,13 +1,13 @@
 """An OpenAI-compatible chat-completions endpoint on 127.0.0.1 for a cell's model, for the length of a job.
 
-The evolutionary search (`vpo.evolve`) drives a trained model through OpenEvolve's OpenAI client. Two
+The evolutionary search (`vpo.search.evolve`) drives a trained model through OpenEvolve's OpenAI client. Two
 servers give that client the same interface:
 
 - `LoopbackServer` (CPU, the tiny models): a stdlib HTTP server in a thread of the job's own process,
   answering `POST /v1/chat/completions` and `GET /v1/models` with the project's torch backend.
   It lives in the job's process, so it is gone when the job ends or is killed.
-- `vpo.vllm_server.vllm_server` (GPU): vLLM's own OpenAI-compatible server for the merged model, started as a child
-  process bound to 127.0.0.1 that the kernel stops when the job's process dies (PR_SET_PDEATHSIG).
+- `vpo.search.vllm_server.vllm_server` (GPU): vLLM's own OpenAI-compatible server for the merged model, started as
+  a child process bound to 127.0.0.1 that the kernel stops when the job's process dies (PR_SET_PDEATHSIG).
 
 Both bind a free port on 127.0.0.1 only and answer only requests that carry the job's random bearer
 token (`Authorization: Bearer <token>`, 401 otherwise): any local user can reach a loopback port. A
@@ -34,6 +34,8 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from vpo.generate import SamplingSettings
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
@@ -73,7 +75,6 @@ def _integer(body: dict, key: str, default: int, lowest: int, highest: int) -> i
 def sampling_from_request(body: dict, *, max_tokens_cap: int):
     """The `SamplingSettings` of one chat-completions request body (OpenAI field names); RequestError
     naming the field for anything else than the numbers the API allows."""
-    from vpo.generate import SamplingSettings
 
     if not isinstance(body, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")

@@ -1,13 +1,15 @@
 """`vpo evolve select`'s choice: the hardest N test problems of a task, from the standard evaluation's
 candidate pools of the methods in `evolve.select_methods` (every training and evaluation seed pooled):
 those whose best@`report.best_at` is 0 for all of them; when fewer exist, the N with the lowest best
-such score, and the choice says so (vpo/evolve.py runs the search on them)."""
+such score, and the choice says so (vpo/search/evolve.py runs the search on them)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from vpo.metrics import best_at_k
 
 
 def hardness(pools, best_at: int):
@@ -16,7 +18,6 @@ def hardness(pools, best_at: int):
     pools: DataFrame with columns method, train_seed, eval_seed, problem, scalar (one row per candidate).
     Returns a Series indexed by problem.
     """
-    from vpo.metrics import best_at_k
 
     keys = ["method", "train_seed", "eval_seed", "problem"]
     per_pool = pools.groupby(keys, sort=True)["scalar"].apply(lambda s: best_at_k(s.to_numpy(float), best_at))

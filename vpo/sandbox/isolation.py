@@ -1,6 +1,6 @@
 """The sandbox's isolation, as far as the machine allows: new PID and network namespaces (in a user
 namespace when not root), a uid of its own, and a root of its own (`seal_mounts`: the interpreter's
-files read-only, a few devices, a small writable working directory). Read by vpo/sandbox_helper.py,
+files read-only, a few devices, a small writable working directory). Read by vpo/sandbox/helper.py,
 which runs under the base interpreter: standard library only, never imported by the project.
 """
 

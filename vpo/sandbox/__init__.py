@@ -18,7 +18,7 @@ a uid of its own. Where namespaces are not available the process limits,
 the timeout and a subreaper still hold, but the program can read and write what the calling user
 can and reach the network; `run_program` then warns once per process (see README, "Sandbox").
 
-The launcher that sets this up is `vpo/sandbox_helper.py`.
+The launcher that sets this up is `vpo/sandbox/helper.py`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
-HELPER = str(Path(__file__).with_name("sandbox_helper.py"))
+HELPER = str(Path(__file__).with_name("helper.py"))
 PYTHON = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 PREFIX = os.path.realpath(sys.base_prefix)
 STDOUT_LIMIT = 1 << 20  # bytes of stdout kept; a program printing more is killed
@@ -220,7 +220,7 @@ def _hidden() -> list[str]:
     caller's working directory and home (results and data live there)."""
     return sorted(
         {
-            str(Path(__file__).resolve().parents[1]),
+            str(Path(__file__).resolve().parents[2]),
             os.path.realpath(os.getcwd()),
             os.path.realpath(os.path.expanduser("~")),
         }

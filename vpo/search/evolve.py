@@ -4,15 +4,15 @@ Paper section 4: on the held-out problems that GRPO and VPO both fail at best@30
 iterations per problem with the cell's model; the figures count problems solved and the mean best
 score found by iteration t. Two subcommands:
 
-- `vpo evolve select` (vpo/evolve_select.py): the hardest N test problems of a task from the
+- `vpo evolve select` (vpo/search/hardest.py): the hardest N test problems of a task from the
   standard evaluation of the methods in `evolve.select_methods` (the paper's GRPO and VPO; every
   training and evaluation seed pooled): those whose best@`report.best_at` is 0 for all of them; when
   fewer exist, the N with the lowest best such score, and the file says so.
 - `vpo evolve search`: one cell's search on those problems. Per problem, OpenEvolve (full rewrites,
   islands, MAP-Elites database, checkpoints every `checkpoint_interval` iterations) asks the cell's
-  model, served on 127.0.0.1 (`vpo.llm_server`), for a better program, shown the parent program and
+  model, served on 127.0.0.1 (`vpo.search.llm_server`), for a better program, shown the parent program and
   its fitness (`parent_in_prompt`) followed by the problem's prompt in the method's own form; programs
-  are scored by `vpo.evolve_evaluator` (a scorer's exceptions counted as `scorer_errors`). Every search
+  are scored by `vpo.search.evaluator` (a scorer's exceptions counted as `scorer_errors`). Every search
   starts from an empty program (score 0): the hardest problems are unsolved, and all start alike.
 
 A killed search resumes from OpenEvolve's last checkpoint of the problem it was on (finished problems
@@ -32,7 +32,19 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from vpo.evolve_problem import EvolveSettings, search_problem
+from vpo.atomic import atomic_file, write_json_atomic
+from vpo.cell_lock import writing_cell
+from vpo.config import answers_per_rollout, load_config, method_settings, settings_digest, task_settings
+from vpo.data import read_rows
+from vpo.evaluate import generation_backend, parse_train_seed
+from vpo.generate import TorchBackend
+from vpo.methods import get_method
+from vpo.prompts import prepare_row
+from vpo.search import llm_server
+from vpo.search.hardest import read_pools, select_hardest
+from vpo.search.problem import EvolveSettings, search_problem
+from vpo.search.vllm_server import vllm_server
+from vpo.task import resolve
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +57,6 @@ def model_fingerprint(model_dir: Path) -> list:
 
 def reset_state(out: Path, identity: dict) -> None:
     """Keep `out`'s search state only if it was made by this model with these settings and problems."""
-    from vpo.atomic import write_json_atomic
 
     marker = out / "state.json"
     if marker.is_file() and json.loads(marker.read_text()) == identity:
@@ -71,8 +82,6 @@ def search_cell(
 ) -> dict:
     """One cell's search on the hardest problems (`hardest`: evolve select's file), with its model served
     on 127.0.0.1; writes scores.parquet and summary.json under `out` and returns the summary."""
-    from vpo.atomic import write_json_atomic
-    from vpo.config import settings_digest
 
     t0 = time.time()
     settings = EvolveSettings.from_config(cfg)
@@ -131,11 +140,6 @@ def search_cell(
 def cell_problems(cfg: dict, task_name: str, method_name: str, data_dir: str, hardest: str):
     """(task, {test index: the problem's row as the method's evaluation prompts it}, sampling, m) of a
     cell's search: the problems `hardest` names, in its order."""
-    from vpo.config import answers_per_rollout, method_settings, task_settings
-    from vpo.data import read_rows
-    from vpo.methods import get_method
-    from vpo.prompts import prepare_row
-    from vpo.task import resolve
 
     task, method = resolve(task_name), get_method(method_name)
     task_cfg = task_settings(cfg, task_name)
@@ -162,8 +166,6 @@ def write_scores(path: Path, results: list[dict]) -> None:
     """scores.parquet: (problem, iteration, best_score, solved) of every problem's curve."""
     import pandas as pd
 
-    from vpo.atomic import atomic_file
-
     frame = pd.DataFrame([{"problem": r["problem"], **point} for r in results for point in r["curve"]])
     with atomic_file(path) as tmp:
         frame.to_parquet(tmp, index=False)
@@ -174,17 +176,11 @@ def serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tok
     API key (bearer token) it requires."""
     import contextlib
 
-    from vpo import llm_server
-
     if backend == "vllm":
-        from vpo.vllm_server import vllm_server
-
         return vllm_server(model, model_name, seed=seed)
 
     @contextlib.contextmanager
     def loopback():
-        from vpo.generate import TorchBackend
-
         with llm_server.LoopbackServer(
             TorchBackend(model, progress=False), model_name, max_tokens_cap=max_tokens
         ) as server:
@@ -219,15 +215,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from vpo.atomic import write_json_atomic
-    from vpo.config import load_config
-    from vpo.evaluate import generation_backend, parse_train_seed
 
     cfg = load_config(args.config, args.preset)
     settings = EvolveSettings.from_config(cfg)
     if args.step == "select":
-        from vpo.evolve_select import read_pools, select_hardest
-
         chosen = select_hardest(
             read_pools(args.pools), settings.n_problems, int(cfg["report"]["best_at"]), list(settings.select_methods)
         )
@@ -235,7 +226,6 @@ def run(args: argparse.Namespace) -> int:
         print(chosen["note"])
         return 0
     backend = generation_backend(cfg, args.backend)
-    from vpo.cell_lock import writing_cell
 
     out = Path(args.out)  # <cell>/evolve
     with writing_cell(out.parent, what=f"vpo evolve search {args.out}", output=f"{out.name}/search"):
