@@ -5,13 +5,12 @@ import re
 import shlex
 import sys
 
-import yaml
 
 from snakemake.exceptions import WorkflowError
 
-from vpo.config import ConfigError, absolute_data_paths, cell_settings, resolve_config, settings_digest, task_settings
+from vpo.config import ConfigError, cell_settings, settings_digest, task_settings
 from vpo.config import answers_per_rollout, method_settings, scale_note, trains_tiny_base
-from vpo.config import deep_merge, write_config
+from vpo.config import write_config
 from vpo.plan import (
     aggregated_cells,
     backend_missing,
@@ -23,7 +22,7 @@ from vpo.plan import (
     stale_note,
     stale_outputs,
 )
-from vpo.overrides import file_notes, file_overrides, preset_conflicts, user_overrides
+from vpo.overrides import workflow_config
 from vpo.grid import ABLATIONS, ablation_methods, grid_cells
 from vpo.methods import PROMPT_KINDS, get_method
 from vpo.provenance import front_page_lines
@@ -34,26 +33,10 @@ from vpo.report.figures import FIGURES as FIGURE_TABLE  # FIGURES is the figures
 
 # ---- the experiment: validated, with the active preset applied -------------------------------
 # What --configfile sets differently from the project's config.yaml, and whatever --config sets, wins
-# over the preset.
+# over the preset (vpo/overrides.py).
 try:
-    _PROJECT_CONFIG = (Path(workflow.basedir).parent / "config.yaml").resolve()
-    with open(_PROJECT_CONFIG) as _fh:
-        _PROJECT = yaml.safe_load(_fh)
-    _FILES = []  # the user's own --configfile files (path, contents): what they set wins (vpo/overrides.py)
-    for _path in workflow.config_settings.configfiles:
-        if Path(_path).resolve() != _PROJECT_CONFIG:
-            with open(_path) as _fh:
-                _FILES.append((str(_path), yaml.safe_load(_fh) or {}))
-    for _line in file_notes(_FILES, _PROJECT, config.get("preset")):
-        print(_line, file=sys.stderr)
-    _OVERRIDES = user_overrides(config, _PROJECT, deep_merge(file_overrides([f for _, f in _FILES], _PROJECT),
-                                                             dict(workflow.config_settings.config)))
-    for _key in preset_conflicts(config, _OVERRIDES):
-        print(f"config: preset '{config.get('preset')}' sets {_key}, but your --configfile/--config value is used",
-              file=sys.stderr)
-    CFG = resolve_config(config, overrides=_OVERRIDES, source="config (config.yaml + --configfile/--config)")
-    # a relative data.path names a directory of the project (e.g. the ci preset's fixtures)
-    CFG = absolute_data_paths(CFG, Path(workflow.basedir).parent)
+    CFG = workflow_config(config, Path(workflow.basedir).parent, workflow.config_settings.configfiles,
+                          workflow.config_settings.config)
 except (ConfigError, TaskPluginError) as err:
     raise WorkflowError(str(err)) from None
 
@@ -77,6 +60,7 @@ DATA = f"{RESULTS}/data/{{task}}"
 BASE = f"{RESULTS}/base/{{task}}/{{prompt}}"  # TINY_BASE only: one warm start per prompt form (vpo/local/base.py)
 CELL = f"{RESULTS}/runs/{{task}}/{{method}}/seed{{seed}}"
 EVOLVE = f"{RESULTS}/evolve/{{task}}"  # the hardest problems of a task (rules/evolve.smk)
+AGG = f"{RESULTS}/aggregate"  # every aggregate (rules/report.smk, rules/evolve.smk), which the tables and figures read
 
 
 # Every `vpo` command reads a snapshot of the resolved config, so --configfile/--config overrides
@@ -144,7 +128,7 @@ SCALE = scale_note(CFG)  # the preset and scale, named in every figure's title
 # read the raw values it needs; rules read CFG.
 config.clear()
 config.update(CFG, scale=SCALE, deviations=[as_rst(line) for line in paper_deviations()],  # docs/reproducibility.md's marked rows
-              provenance=[as_rst(line) for line in front_page_lines(f"{RESULTS}/aggregate/provenance.json")])
+              provenance=[as_rst(line) for line in front_page_lines(f"{AGG}/provenance.json")])
 
 
 def diversity_methods():

@@ -2,11 +2,8 @@
 # FIGURES) on its inputs and writes figures/{preset}/<stem>.pdf and the report's PNG. A figure's
 # inputs and params carry the names of its tables and options, which become the command's flags
 # (plot_command and figure_files in common.smk).
-CURVE_INPUTS = {"summary": f"{RESULTS}/aggregate/summary.csv", "per_seed": f"{RESULTS}/aggregate/per_seed.csv"}
-
-
-INTERVALS = f"{RESULTS}/aggregate"  # intervals.csv, improvement.csv, profiles.csv (rule intervals)
-TRAINING = {"training": f"{RESULTS}/aggregate/training_curves.csv"}
+CURVE_INPUTS = {"summary": rules.aggregate.output.summary, "per_seed": rules.aggregate.output.per_seed}
+TRAINING = {"training": rules.aggregate_training.output[0]}
 GRID = {"tasks": ",".join(TASKS), "variants": VARIANTS, "scale": SCALE}  # the params of a figure of the grid
 
 # stem -> (inputs, the report's subcategory, its caption file or None for the stem's, params): one rule
@@ -21,24 +18,24 @@ FIGURE_RULES = {
     "mechanism_bandit": ({"bandit": f"{RESULTS}/mechanism/bandit.csv"}, "mechanism", None, {}),
     "mechanism_advantage": ({"sweeps": f"{RESULTS}/mechanism/advantage.csv"}, "mechanism", None, {}),
     "lcb_case_study": (
-        {**CURVE_INPUTS, "curves": f"{RESULTS}/aggregate/evolve_lcb.csv"},
+        {**CURVE_INPUTS, "curves": f"{AGG}/evolve_lcb.csv"},
         "evolutionary search",
         None,
         {"methods": ",".join(case_study_methods()), "variants": VARIANTS, "scale": SCALE},
     ),
     "intervals": (
-        {"intervals": f"{INTERVALS}/intervals.csv", "improvement": f"{INTERVALS}/improvement.csv"},
+        {"intervals": rules.intervals.output.intervals, "improvement": rules.intervals.output.improvement},
         "intervals",
         None,
         {"methods": ",".join(METHODS), **GRID},
     ),
     "performance_profiles": (
-        {"profiles": f"{INTERVALS}/profiles.csv", "per_problem": f"{INTERVALS}/per_problem.csv"},
+        {"profiles": rules.intervals.output.profiles, "per_problem": rules.aggregate_problems.output[0]},
         "intervals",
         None,
         {"methods": ",".join(METHODS), **GRID},
     ),
-    "pool_quality": ({"intervals": f"{INTERVALS}/intervals.csv"}, "intervals", None, {"methods": ",".join(METHODS), **GRID}),
+    "pool_quality": ({"intervals": rules.intervals.output.intervals}, "intervals", None, {"methods": ",".join(METHODS), **GRID}),
 }
 
 # Snakemake evaluates a rule's shell expression again when its job runs, after this loop has moved on:
@@ -58,7 +55,7 @@ for _stem, (_inputs, _subcategory, _caption, _params) in FIGURE_RULES.items():
 
 
 rule figure_evolve:
-    input: curves=f"{RESULTS}/aggregate/evolve_{{task}}.csv"
+    input: curves=f"{AGG}/evolve_{{task}}.csv"
     output: **figure_files("evolve_{task}", "evolutionary search", caption="evolve")
     params: task=lambda wc: wc.task, methods=",".join(METHODS), variants=VARIANTS, scale=SCALE
     log: f"{LOGS}/report/figure_evolve_{{task}}.log"

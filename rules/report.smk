@@ -1,8 +1,6 @@
 # Everything after evaluation is cheap and separate from training, so restyling a figure or a
 # table never retrains: aggregate (all cells) -> one rule per table; the figures are in figures.smk.
 
-AGG = f"{RESULTS}/aggregate"
-
 
 rule aggregate:
     input:

@@ -529,3 +529,30 @@ def test_eval_gpus_is_needed_by_backend_verl_only(raw):
     assert resolve_config(cpu, "cpu")["task_settings"]["maze"]["eval"].get("gpus") is None  # the CPU backends
     with pytest.raises(ConfigError, match="task_settings.maze.eval.gpus: backend verl evaluates with vLLM"):
         resolve_config(cpu, "paper")
+
+
+def test_workflow_config_applies_the_preset_under_the_users_files_and_command_line(tmp_path):
+    """The one call rules/common.smk makes: the user's own --configfile and --config win over the preset,
+    each file's keys and each overridden preset key are said on the notes stream, config.yaml passed as a
+    --configfile counts as the project's."""
+    import io
+
+    import yaml
+
+    from vpo.config import deep_merge
+    from vpo.overrides import workflow_config
+
+    project = yaml.safe_load((REPO / "config.yaml").read_text())
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(project))
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"seeds": [4, 5]}))
+    command_line = {"preset": "cpu", "report": {"bootstrap_reps": 300}}
+    merged = deep_merge(deep_merge(project, {"seeds": [4, 5]}), command_line)
+    notes = io.StringIO()
+    cfg = workflow_config(merged, tmp_path, [tmp_path / "config.yaml", mine], command_line, notes=notes)
+    assert cfg["preset"] == "cpu" and cfg["seeds"] == [4, 5] and cfg["report"]["bootstrap_reps"] == 300
+    assert cfg["backend"] == "local"  # the preset's own value where the user set nothing
+    said = notes.getvalue()
+    assert f"config: {mine} sets seeds over preset 'cpu'" in said
+    assert "preset 'cpu' sets seeds, but your --configfile/--config value is used" in said
+    assert "config.yaml sets" not in said

@@ -4,14 +4,19 @@ Snakemake hands the workflow one merged config (config.yaml, then each --configf
 the preset is applied to it in `vpo.config.resolve_config`, and whatever the user set must then win
 over the preset, equal to config.yaml's value or not. `user_overrides` finds those values,
 `file_overrides` reads them from the user's own files, `preset_conflicts` names the keys where a
-preset's value is overridden (one line each in Snakemake's output).
+preset's value is overridden (one line each in Snakemake's output). `workflow_config` does all of it
+for the workflow in one call (rules/common.smk).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import sys
+from pathlib import Path
+from typing import IO, Any, Mapping
 
-from vpo.config import deep_merge, numbers_in_lists
+import yaml
+
+from vpo.config import absolute_data_paths, deep_merge, numbers_in_lists, resolve_config
 
 
 def user_overrides(
@@ -91,3 +96,36 @@ def file_notes(named: list[tuple[str, Mapping[str, Any]]], project: Mapping[str,
         sets = ", ".join(keys) if keys else "nothing"
         lines.append(f"config: {path} sets {sets} over preset '{preset}'" + (f"; {how}" if how else ""))
     return lines
+
+
+def workflow_config(
+    merged: Mapping[str, Any],
+    project_dir: str | Path,
+    configfiles: list[str | Path],
+    command_line: Mapping[str, Any],
+    notes: IO[str] = sys.stderr,
+) -> dict[str, Any]:
+    """The workflow's resolved config: Snakemake's merged config (`merged`: config.yaml, each --configfile,
+    then --config) with the active preset applied under what the user set (their own config files, then
+    --config), a relative data path made absolute under `project_dir`. Writes one line to `notes` per
+    user's file (the keys it sets) and per preset key the user's value overrides. Raises ConfigError or
+    TaskPluginError for a config the workflow cannot run."""
+    project_config = (Path(project_dir) / "config.yaml").resolve()
+    project = yaml.safe_load(project_config.read_text())
+    files = [
+        (str(path), yaml.safe_load(Path(path).read_text()) or {})
+        for path in configfiles
+        if Path(path).resolve() != project_config
+    ]
+    for line in file_notes(files, project, merged.get("preset")):
+        print(line, file=notes)
+    overrides = user_overrides(
+        merged, project, deep_merge(file_overrides([data for _, data in files], project), dict(command_line))
+    )
+    for key in preset_conflicts(merged, overrides):
+        print(
+            f"config: preset '{merged.get('preset')}' sets {key}, but your --configfile/--config value is used",
+            file=notes,
+        )
+    cfg = resolve_config(merged, overrides=overrides, source="config (config.yaml + --configfile/--config)")
+    return absolute_data_paths(cfg, project_dir)  # a relative data.path names a directory of the project
