@@ -184,9 +184,9 @@ def test_the_backends_sit_side_by_side():
 
 # ---- imports at the head of the file ---------------------------------------------------------------
 # What a module may import inside a function: a package that costs seconds or a GPU stack, or a module of
-# the project that loads one when imported (the cheap commands then stay cheap); and the backend choice.
+# the project that loads one when imported (the cheap commands then stay cheap). `vpo train` imports the
+# chosen backend by name (vpo.train.BACKENDS).
 HEAVY_PACKAGES = {"torch", "transformers", "verl", "vllm", "trl", "openevolve", "ray", "datasets", "pandas", "pyarrow"}
-BACKEND_CHOICE = {("vpo.train", "vpo.verl_ext.launcher")}  # local and trl by name: vpo.train.IN_PROCESS_TRAINERS
 
 
 def import_time_nodes(tree: ast.Module) -> list[ast.AST]:
@@ -231,8 +231,8 @@ def loads_heavy(name: str, known: dict[str, Path], memo: dict[str, bool]) -> boo
 
 def test_the_projects_own_modules_are_imported_at_the_head_of_the_file():
     """A function-level import of the project's own module guards nothing unless that module loads a heavy
-    package the importer does not (or it is the backend choice): such imports belong at the file's head,
-    where a reader sees what the module depends on."""
+    package the importer does not: such imports belong at the file's head, where a reader sees what the
+    module depends on."""
     known, memo, lazy = modules(), {}, []
     for name, path in known.items():
         tree = ast.parse(path.read_text())
@@ -241,7 +241,7 @@ def test_the_projects_own_modules_are_imported_at_the_head_of_the_file():
             if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in at_import:
                 continue
             own = [m for m in imported_names(node) if m in known]
-            if not own or any((name, m) in BACKEND_CHOICE for m in own):
+            if not own:
                 continue
             if not any(loads_heavy(m, known, memo) for m in own) or loads_heavy(name, known, memo):
                 lazy.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")

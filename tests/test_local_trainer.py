@@ -326,16 +326,16 @@ def test_changed_settings_or_a_finished_run_retrain_from_step_0(
 
     out = tmp_path / "run"
     first = train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))
-    assert first["resumed_from_step"] == 0
+    assert first.record["resumed_from_step"] == 0
     before = _final_weights(out)
     # the same settings again (what --forcerun or -R train does): the finished run is retrained
     again = train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))
-    assert again["resumed_from_step"] == 0 and "had finished" in caplog.text
+    assert again.record["resumed_from_step"] == 0 and "had finished" in caplog.text
     assert _final_weights(out) == before  # deterministic: the same settings give the same model
     # another learning rate (a new settings digest): retrained, and the weights differ
     faster = dataclasses.replace(tiny_local_settings, lr=tiny_local_settings.lr * 10)
     changed = train_local(_spec(tiny_maze_data, tiny_base_model, out, faster, config_hash="h2"))
-    assert changed["resumed_from_step"] == 0 and _final_weights(out) != before
+    assert changed.record["resumed_from_step"] == 0 and _final_weights(out) != before
     assert len(list(tmp_path.glob("run/checkpoints.stale-*"))) >= 1  # old checkpoints kept aside
 
 
@@ -359,24 +359,33 @@ def test_resume_needs_the_same_record_and_skips_a_damaged_newest_checkpoint(
     _unfinished(out)
     steps = checkpoint_steps(out / "checkpoints")
     assert steps == [2, 4]
-    assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 4
+    assert (
+        train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings)).record["resumed_from_step"] == 4
+    )
     # a damaged newest checkpoint: the previous one is used
     _unfinished(out)
     (out / "checkpoints" / "step_4" / "trainer_state.pt").write_bytes(b"not a checkpoint")
-    assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 2
+    assert (
+        train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings)).record["resumed_from_step"] == 2
+    )
     # a truncated model file in the newest checkpoint (a kill mid-write once blocked every resume): the one before
     _unfinished(out)
     weights = out / "checkpoints" / "step_4" / "model" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     with caplog.at_level("WARNING"):
-        assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 2
+        assert (
+            train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings)).record["resumed_from_step"]
+            == 2
+        )
     assert str(weights) in caplog.text
     # a rebuilt base model (a new build record) is not resumed from
     _unfinished(out)
     rebuilt = tmp_path / "base"
     shutil.copytree(tiny_base_model, rebuilt)
     (rebuilt / "base.json").write_text((rebuilt / "base.json").read_text().replace("{", '{"rebuilt": true, ', 1))
-    assert train_local(_spec(tiny_maze_data, rebuilt, out, tiny_local_settings))["resumed_from_step"] == 0
+    assert train_local(_spec(tiny_maze_data, rebuilt, out, tiny_local_settings)).record["resumed_from_step"] == 0
     # each fresh start sets the old checkpoints aside; only the newest set-aside copy is kept
-    assert train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings))["resumed_from_step"] == 0
+    assert (
+        train_local(_spec(tiny_maze_data, tiny_base_model, out, tiny_local_settings)).record["resumed_from_step"] == 0
+    )
     assert len(list(out.glob("checkpoints.stale-*"))) == 1

@@ -9,9 +9,18 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from vpo.backend import RunSpec, TrainResult
+
+
+def _spec(cfg, task, method, seed, out, data, print_command=False):
+    """The cell as `vpo train` hands it to the verl backend."""
+    return RunSpec.for_cell(cfg, task, method, seed, data_dir=data, out_dir=out, print_command=print_command)
+
 
 pytest.importorskip("verl")
 pytestmark = pytest.mark.slow  # real veRL imports (about 12 s per process)
@@ -46,13 +55,12 @@ def _cells(cfg):
 
 @pytest.mark.parametrize("gpus", [4, 1])
 def test_every_paper_cell_composes_and_validates(paper_cfg, launcher, tmp_path, gpus):
+    from hydra import compose, initialize_config_dir
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
     from vpo.config import deep_merge
     from vpo.methods import get_method
-
-    from hydra import compose, initialize_config_dir
 
     cfg = deep_merge(paper_cfg, {"verl": {"gpus": gpus}})
     assert len(_cells(cfg)) == 45
@@ -106,9 +114,9 @@ def test_printed_command_composes_with_cfg_job(paper_cfg, launcher, tmp_path, ca
     """Run the printed command itself (environment included) with --cfg job appended."""
     import shlex
 
-    assert launcher.train_cell(
-        paper_cfg, "eureqa", "gdpo", 2, tmp_path / "run", tmp_path / "data", print_command=True
-    ) == launcher.VerlRun(0)
+    assert launcher.train_verl(
+        _spec(paper_cfg, "eureqa", "gdpo", 2, tmp_path / "run", tmp_path / "data", print_command=True)
+    ) == TrainResult(0, trained=False)
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()  # printing starts nothing
     words = shlex.split(line)
@@ -181,7 +189,9 @@ def test_preflight_passes_a_good_cell_on_a_gpu_node_only(paper_cfg, launcher, ce
 def test_preflight_rejects_wrong_method_fast(paper_cfg, launcher, cell, tmp_path, capsys):
     data, model = cell
     started = time.time()
-    status = launcher.train_cell(_cfg_with(paper_cfg, model), "maze", "vpoo", 0, tmp_path / "run", data).status
+    status = launcher.train_verl(
+        replace(_spec(_cfg_with(paper_cfg, model), "maze", "grpo", 0, tmp_path / "run", data), method="vpoo")
+    ).status
     assert status == 2 and time.time() - started < 30
     assert "unknown method 'vpoo'" in capsys.readouterr().err
     with pytest.raises(launcher.PreflightError, match="'vpoo'"):
@@ -192,7 +202,9 @@ def test_preflight_rejects_missing_data_fast(paper_cfg, launcher, cell, tmp_path
     _, model = cell
     missing = tmp_path / "nowhere"
     started = time.time()
-    status = launcher.train_cell(_cfg_with(paper_cfg, model), "maze", "grpo", 0, tmp_path / "run", missing).status
+    status = launcher.train_verl(
+        _spec(_cfg_with(paper_cfg, model), "maze", "grpo", 0, tmp_path / "run", missing)
+    ).status
     assert status == 2 and time.time() - started < 30
     assert f"data file {missing / 'train.parquet'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -308,7 +320,9 @@ def test_printed_command_of_each_task_composes(paper_cfg, launcher, tmp_path, ca
     import yaml
 
     assert (
-        launcher.train_cell(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True).status
+        launcher.train_verl(
+            _spec(paper_cfg, task, method, 0, tmp_path / "run", tmp_path / "data", print_command=True)
+        ).status
         == 0
     )
     words = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])

@@ -1,6 +1,9 @@
-"""What every training backend does to a cell, said once: the cell's spec, its rows, the base-model check,
-the part of a metrics.jsonl line the rollouts give (docs/metrics.md), the metrics' truncation to a
-resumed checkpoint, and the atomic save of a model.
+"""What every training backend does to a cell, said once: the cell's spec (`RunSpec`) and what training it
+returns (`TrainResult`), its rows, the base-model check, the record a checkpoint must match to be resumed
+(`run_record`), the part of a metrics.jsonl line the rollouts give (docs/metrics.md), the metrics'
+truncation to a resumed checkpoint, and the atomic save of a model. Every backend's entry has one shape,
+`train(spec: RunSpec) -> TrainResult` (`vpo.train.BACKENDS` names them), and `vpo train` writes train.json
+from the result.
 
 The backends sit side by side (`vpo/local`, `vpo/trl_ext`, `vpo/verl_ext`): none imports another's package
 (tests/test_architecture.py); what two of them share lives here. `rollout_record` is the one builder of a
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vpo.atomic import atomic_dir, write_text_atomic
+from vpo.config import answers_per_rollout, cell_digest, file_digest, method_settings
 from vpo.metrics import group_pool_diversity, group_strategies
 from vpo.prompts import prepare_row
 from vpo.settings import LocalTrainerSettings
@@ -27,20 +32,95 @@ from vpo.settings import LocalTrainerSettings
 
 @dataclass
 class RunSpec:
-    """One training cell, as the local and TRL backends take it."""
+    """One training cell, as every backend takes it."""
 
     task: str  # task name (vpo.task registry)
     method: str  # method name (vpo.methods.METHODS)
     seed: int  # training seed: data order, rollouts, weight draws, goal weights
     data_dir: str  # directory with train.parquet
-    base_model: str  # warm-started Hugging Face model directory (`vpo base-model`)
+    base_model: str | None  # warm-started model directory (`vpo base-model`); veRL on GPUs: None, the task's model
     out_dir: str  # the run directory
-    settings: LocalTrainerSettings  # config.yaml's local_trainer block
+    settings: LocalTrainerSettings  # config.yaml's local_trainer block (the local and TRL backends)
     method_settings: dict = field(default_factory=dict)  # estimator knobs (alpha, sampler, n_weights, k)
     m: int = 3  # answers per rollout for multi-answer methods
     preset: str = "cpu"  # recorded in train.json
-    config_hash: str = ""  # recorded in train.json
+    config_hash: str = ""  # recorded in train.json and in the run record
     wandb: dict | None = None  # config.yaml's wandb block (vpo.tracking); None: no W&B run
+    config: dict = field(default_factory=dict)  # the resolved config: veRL builds the cell's command from it
+    print_command: bool = False  # veRL: print the command and train nothing
+
+    @classmethod
+    def for_cell(
+        cls, cfg: dict, task: str, method: str, seed: int, *, data_dir, out_dir, base_model=None, print_command=False
+    ) -> RunSpec:
+        """The spec of a cell of the resolved config `cfg`."""
+        return cls(
+            task=task,
+            method=method,
+            seed=int(seed),
+            data_dir=str(data_dir),
+            base_model=str(base_model) if base_model else None,
+            out_dir=str(out_dir),
+            settings=LocalTrainerSettings.from_dict(cfg["local_trainer"]),
+            method_settings=dict(method_settings(cfg, method)),
+            m=answers_per_rollout(cfg, task, method),
+            preset=cfg["preset"],
+            config_hash=cell_digest(cfg, task, method),
+            wandb=cfg.get("wandb"),
+            config=dict(cfg),
+            print_command=print_command,
+        )
+
+
+@dataclass
+class TrainResult:
+    """What a backend's `train(spec)` returns; `vpo train` writes train.json from it when `trained`."""
+
+    status: int = 0  # the job's exit status: 0 trained (or the command printed), else the failure's
+    trained: bool = True  # whether a finished training run is there to record
+    steps: int = 0  # training steps done
+    record: dict = field(default_factory=dict)  # the backend's own train.json keys
+
+
+def trained_in_process(spec: RunSpec, resumed_from_step: int, loop_started: float) -> TrainResult:
+    """The result of a cell the local or TRL backend trained in this process: its steps, the step it
+    resumed from, the RL loop's seconds, the base model and the settings, as train.json records them."""
+    return TrainResult(
+        steps=spec.settings.steps,
+        record={
+            "resumed_from_step": int(resumed_from_step),
+            "train_loop_s": round(time.time() - loop_started, 3),
+            "base_model": str(spec.base_model),
+            "settings": spec.settings.to_dict(),
+        },
+    )
+
+
+def run_record(
+    spec: RunSpec, m: int, backend: str, *, model: str | None = None, data: str | Path | None = None
+) -> dict:
+    """What produces a run's checkpoints, stored beside them by every backend: a checkpoint whose record
+    differs is never resumed. The backend, the settings' hash, the cell, m, the model (digests of a
+    warm-started base model's weights and build, else the model's name `model`) and a digest of the
+    training split (`data`, default the spec's train.parquet)."""
+    base = Path(spec.base_model) if spec.base_model else None
+    if base is not None and (base / "model.safetensors").is_file():
+        build = base / "base.json"
+        source = {
+            "base_model": file_digest(base / "model.safetensors"),
+            "base_build": file_digest(build) if build.is_file() else None,
+        }
+    else:
+        source = {"model": model}
+    return {
+        "backend": backend,
+        "config_hash": spec.config_hash,
+        "method": spec.method,
+        "seed": int(spec.seed),
+        "m": int(m),
+        **source,
+        "data": file_digest(Path(data) if data else Path(spec.data_dir) / "train.parquet"),
+    }
 
 
 def prepare_rows(rows: list[dict], method: str, m: int, seed: int, alpha: float | None = 1.0) -> list[dict]:

@@ -8,6 +8,7 @@ from `checkpoints/checkpoint-<N>`, veRL from its own checkpoints.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -18,12 +19,11 @@ from vpo import joblog
 from vpo.atomic import write_json_atomic
 from vpo.backend import RunSpec
 from vpo.cell_lock import CellBusy, writing_cell
-from vpo.config import answers_per_rollout, cell_digest, load_config, method_settings
+from vpo.config import cell_digest, load_config
 from vpo.data import rebuild_hint
 from vpo.methods import get_method
 from vpo.plan import backend_missing
 from vpo.provenance import collect
-from vpo.settings import LocalTrainerSettings
 from vpo.task import resolve
 
 
@@ -74,38 +74,6 @@ def write_train_json(
         **extra,
     }
     return write_json_atomic(Path(out_dir) / "train.json", payload)
-
-
-def train_verl(
-    cfg: dict,
-    task: str,
-    method: str,
-    seed: int,
-    out_dir,
-    data_dir,
-    *,
-    print_command: bool = False,
-    model: str | None = None,
-) -> int:
-    """One cell under veRL (`vpo.verl_ext.launcher.train_cell`), train.json written when it trained;
-    returns the exit status."""
-    from vpo.verl_ext.launcher import train_cell
-
-    started = time.time()
-    run = train_cell(cfg, task, method, seed, out_dir, data_dir, print_command=print_command, model=model)
-    if run.trained:
-        write_train_json(
-            out_dir,
-            cfg,
-            backend="verl",
-            task=task,
-            method=method,
-            seed=seed,
-            steps=run.steps,
-            started=started,
-            **run.record,
-        )
-    return run.status
 
 
 def check_inputs(args, backend: str) -> None:
@@ -167,62 +135,45 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
-# the backends that train a `vpo.backend.RunSpec` in this process and return {steps, resumed_from_step,
-# wall_time_s}; veRL runs as veRL's own job (vpo.verl_ext.launcher) and writes its record there
-IN_PROCESS_TRAINERS = {"local": ("vpo.local.trainer", "train_local"), "trl": ("vpo.trl_ext.run", "train_trl")}
+# every backend's entry, one shape: train(RunSpec) -> TrainResult (vpo/backend.py); imported only when
+# chosen (TRL and veRL are heavy, and optional)
+BACKENDS = {
+    "local": ("vpo.local.trainer", "train_local"),
+    "trl": ("vpo.trl_ext.run", "train_trl"),
+    "verl": ("vpo.verl_ext.launcher", "train_verl"),
+}
 
 
 def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
-    """Train the cell of `args` with `backend`, holding its lock (vpo/cell_lock.py)."""
-    if backend == "verl":
-        return train_verl(
-            cfg,
-            args.task,
-            args.method,
-            args.seed,
-            args.out,
-            args.data,
-            print_command=args.print_command,
-            model=args.base_model,
-        )
-
-    import importlib
-
-    module, function = IN_PROCESS_TRAINERS[backend]  # imported only when chosen: TRL is heavy, and optional
-    train_run = getattr(importlib.import_module(module), function)
-
-    t0 = time.time()
-    settings = LocalTrainerSettings.from_dict(cfg["local_trainer"])
-    digest = cell_digest(cfg, args.task, args.method)
-    spec = RunSpec(
-        task=args.task,
-        method=args.method,
-        seed=args.seed,
-        data_dir=args.data,
-        base_model=args.base_model,
-        out_dir=args.out,
-        settings=settings,
-        method_settings=dict(method_settings(cfg, args.method)),
-        m=answers_per_rollout(cfg, args.task, args.method),
-        preset=cfg["preset"],
-        config_hash=digest,
-        wandb=cfg.get("wandb"),
-    )
-    result = train_run(spec)
-    path = write_train_json(
-        args.out,
+    """Train the cell of `args` with `backend`, holding its lock (vpo/cell_lock.py); train.json written
+    when it trained. Returns the exit status."""
+    module, function = BACKENDS[backend]
+    train = getattr(importlib.import_module(module), function)
+    started = time.time()
+    spec = RunSpec.for_cell(
         cfg,
-        backend=backend,
-        task=args.task,
-        method=args.method,
-        seed=args.seed,
-        steps=result["steps"],
-        started=t0,
-        resumed_from_step=result["resumed_from_step"],
-        train_loop_s=result["wall_time_s"],
-        base_model=str(args.base_model),
-        settings=settings.to_dict(),
+        args.task,
+        args.method,
+        args.seed,
+        data_dir=args.data,
+        out_dir=args.out,
+        base_model=args.base_model,
+        print_command=args.print_command,
     )
-    payload = json.loads(path.read_text())
-    print(json.dumps({k: payload[k] for k in ("method", "seed", "steps", "resumed_from_step", "wall_time_s")}))
-    return 0
+    result = train(spec)
+    if result.trained:
+        path = write_train_json(
+            args.out,
+            cfg,
+            backend=backend,
+            task=args.task,
+            method=args.method,
+            seed=args.seed,
+            steps=result.steps,
+            started=started,
+            **result.record,
+        )
+        payload = json.loads(path.read_text())
+        shown = ("method", "seed", "steps", "resumed_from_step", "wall_time_s")
+        print(json.dumps({key: payload[key] for key in shown if key in payload}))
+    return result.status

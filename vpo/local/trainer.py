@@ -21,13 +21,15 @@ import numpy as np
 from vpo import tracking
 from vpo.backend import (
     RunSpec,
+    TrainResult,
     check_base_model,
     prepare_rows,
     rollout_record,
+    run_record,
     save_pretrained_atomic,
+    trained_in_process,
     truncate_metrics,
 )
-from vpo.config import file_digest
 from vpo.data import read_rows
 from vpo.generate import SamplingSettings, load_pretrained, render_prompts, sample_responses
 from vpo.llama_sampler import supports
@@ -184,20 +186,6 @@ def load_models(spec: RunSpec, method, m: int) -> Models:
     return Models(policy, reference, tokenizer, rows, prompt_ids, max_new)
 
 
-def run_record(spec: RunSpec, m: int) -> dict:
-    """What produces this run's checkpoints; a checkpoint made by anything else is never resumed."""
-    base = Path(spec.base_model)
-    return {
-        "config_hash": spec.config_hash,
-        "method": spec.method,
-        "seed": int(spec.seed),
-        "m": int(m),
-        "base_model": file_digest(base / "model.safetensors"),
-        "base_build": file_digest(base / "base.json") if (base / "base.json").is_file() else None,
-        "data": file_digest(Path(spec.data_dir) / "train.parquet"),
-    }
-
-
 def resume(ckpt_root: Path, record: dict, models: Models, optimizer, np_rng, cfg) -> tuple[object, int]:
     """(optimizer, step) after the newest checkpoint this run made (models.policy replaced by its model,
     the generators restored), or the optimizer given and step 0."""
@@ -215,8 +203,8 @@ def resume(ckpt_root: Path, record: dict, models: Models, optimizer, np_rng, cfg
     return optimizer, int(state["step"])
 
 
-def train_local(spec: RunSpec) -> dict:
-    """Run (or resume) one cell; returns the train.json payload, written last."""
+def train_local(spec: RunSpec) -> TrainResult:
+    """Run (or resume) one cell: the local backend's entry (`vpo.train.BACKENDS`)."""
     import torch
 
     cfg, method, task = spec.settings, get_method(spec.method), resolve(spec.task)
@@ -229,7 +217,7 @@ def train_local(spec: RunSpec) -> dict:
     optimizer = optimizer_for(models.policy, cfg)
     np_rng = np.random.default_rng([spec.seed, 1])
     torch.manual_seed(spec.seed)
-    record = run_record(spec, m)
+    record = run_record(spec, m, "local")
     optimizer, start_step = resume(ckpt_root, record, models, optimizer, np_rng, cfg)
     out.mkdir(parents=True, exist_ok=True)
     truncate_metrics(metrics_path, start_step)
@@ -262,7 +250,7 @@ def train_local(spec: RunSpec) -> dict:
             )
     save_pretrained_atomic(models.policy, models.tokenizer, ckpt_root / "final")
     tracking.finish(tracker)
-    return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
+    return trained_in_process(spec, start_step, t_run)
 
 
 def start_tracking(spec: RunSpec, m: int, out: Path):

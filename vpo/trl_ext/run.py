@@ -24,8 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from vpo.atomic import set_aside
-from vpo.backend import check_base_model, rollout_record, save_pretrained_atomic, truncate_metrics
-from vpo.config import file_digest
+from vpo.backend import (
+    RunSpec,
+    TrainResult,
+    check_base_model,
+    rollout_record,
+    run_record,
+    save_pretrained_atomic,
+    trained_in_process,
+    truncate_metrics,
+)
 from vpo.methods import get_method
 from vpo.progress import Progress
 from vpo.rollouts import as_matrix
@@ -130,8 +138,8 @@ def step_record(batch: dict, logs: list[dict], *, step: int, objectives, setting
     }
 
 
-def train_trl(spec) -> dict:
-    """Run (or resume) one cell (`vpo.backend.RunSpec`) with TRL; returns what `train_local` returns."""
+def train_trl(spec: RunSpec) -> TrainResult:
+    """Run (or resume) one cell with TRL: the trl backend's entry (`vpo.train.BACKENDS`)."""
     import torch
     from transformers import TrainerCallback
 
@@ -142,7 +150,7 @@ def train_trl(spec) -> dict:
     check_base_model(spec, method, m)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    record = run_record(spec, m, base)
+    record = run_record(spec, m, "trl")
     latest = resumable(root, record) if root.is_dir() else None
     per_step = cfg.ppo_mini_batches  # optimizer steps per RL step
     start_step = 0 if latest is None else int(CHECKPOINT_DIR.match(latest.name).group(1)) // per_step
@@ -194,21 +202,7 @@ def train_trl(spec) -> dict:
     if done != cfg.steps * per_step:
         raise RuntimeError(f"TRL ended {out} after {done} optimizer steps; the settings ask for {cfg.steps * per_step}")
     save_pretrained_atomic(model, tokenizer, root / "final")
-    return {"steps": cfg.steps, "resumed_from_step": start_step, "wall_time_s": round(time.time() - t_run, 3)}
-
-
-def run_record(spec, m: int, base: Path) -> dict:
-    """What a checkpoint must match to be resumed: the settings' hash, the cell, and digests of the base
-    model's weights and the training split."""
-    return {
-        "config_hash": spec.config_hash,
-        "method": spec.method,
-        "seed": int(spec.seed),
-        "m": int(m),
-        "backend": "trl",
-        "base_model": file_digest(base / "model.safetensors"),
-        "data": file_digest(Path(spec.data_dir) / "train.parquet"),
-    }
+    return trained_in_process(spec, start_step, t_run)
 
 
 def build_trainer(spec, method, m: int, base: Path, root: Path):

@@ -1,6 +1,6 @@
 """Run one (task, method, seed) cell of config.yaml as a veRL 0.9.1 training job.
 
-`train_cell` is what `vpo train --backend verl` calls. It builds the cell's command
+`train_verl` is what `vpo train --backend verl` calls (`vpo.train.BACKENDS`). It builds the cell's command
 (`vpo.verl_ext.command`), runs a preflight that fails in seconds on a bad cell (unknown method,
 missing data or model, batch sizes that do not divide the GPUs, m answers that cannot fit the
 response length, an estimator veRL does not know, a config veRL's own validate_config rejects),
@@ -15,12 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
 from vpo.atomic import set_aside, write_text_atomic
-from vpo.config import cell_digest, file_digest
+from vpo.backend import RunSpec, TrainResult, run_record
+from vpo.methods import get_method
 from vpo.tracking import run_name
 from vpo.verl_ext.command import PreflightError, build_command
 from vpo.verl_ext.preflight import check_cell, preflight
@@ -123,57 +124,34 @@ def claim_checkpoints(checkpoint_dir: Path, provenance: Mapping[str, Any]) -> st
     return reason
 
 
-@dataclass
-class VerlRun:
-    status: int  # 0: trained (or the command printed); 2: the preflight rejected the cell; else veRL's status
-    trained: bool = False  # whether a finished training run is there to record
-    steps: int = 0  # training steps done
-    record: dict = field(default_factory=dict)  # what train.json adds for this backend
+def train_verl(spec: RunSpec) -> TrainResult:
+    """Train one cell with veRL (the reason of a failure on stderr): the verl backend's entry
+    (`vpo.train.BACKENDS`). Status 2: the preflight rejected the cell; another non-zero: veRL's.
 
-
-def train_cell(
-    cfg: Mapping[str, Any],
-    task: str,
-    method: str,
-    seed: int,
-    out_dir,
-    data_dir,
-    print_command: bool = False,
-    model: str | None = None,
-) -> VerlRun:
-    """Train one cell with veRL (the reason of a failure on stderr).
-
-    print_command: print the veRL command line (environment first) and return without running
+    spec.print_command: print the veRL command line (environment first) and return without running
     or checking the GPU-side files.
     """
+    cfg, task, method, seed = spec.config, spec.task, spec.method, spec.seed
     try:
         check_cell(cfg, task, method)
-        command = build_command(cfg, task, method, int(seed), out_dir, data_dir, model=model)
-        if print_command:
+        command = build_command(cfg, task, method, int(seed), spec.out_dir, spec.data_dir, model=spec.base_model)
+        if spec.print_command:
             print(command.shell())
-            return VerlRun(0)
+            return TrainResult(0, trained=False)
         preflight(cfg, task, method, command)
     except PreflightError as err:
         print(f"error: preflight failed for {run_name(task, method, seed)}: {err}", file=sys.stderr)
-        return VerlRun(2)
+        return TrainResult(2, trained=False)
     out = command.out_dir
-    claim_checkpoints(
-        out / "checkpoints",
-        {
-            "config_hash": cell_digest(cfg, task, method),
-            "method": method,
-            "seed": int(seed),
-            "model": command.model,
-            "data": file_digest(command.data_files[0]),
-        },
-    )
+    m = spec.m if get_method(method).multi_answer else 1
+    claim_checkpoints(out / "checkpoints", run_record(spec, m, "verl", model=command.model, data=command.data_files[0]))
     for sub in ("logs", "checkpoints", ".cache/datasets"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     ray_tmp = Path(command.env["RAY_TMPDIR"])
     ray_tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
     if ray_tmp.stat().st_uid != os.getuid():
         print(f"error: {ray_tmp} belongs to another user; remove it or set TMPDIR", file=sys.stderr)
-        return VerlRun(2)
+        return TrainResult(2, trained=False)
     ray_tmp.chmod(0o700)
     print(
         f"[vpo] veRL cell {run_name(task, method, seed)}: {command.gpus} GPU(s), batch preset "
@@ -187,14 +165,14 @@ def train_cell(
             "and the next run resumes from them",
             file=sys.stderr,
         )
-        return VerlRun(result.returncode)
+        return TrainResult(result.returncode, trained=False)
     shutil.rmtree(command.env["RAY_TMPDIR"], ignore_errors=True)  # kept after a failure, for its logs
     steps = convert_metrics(out)
     latest = out / "checkpoints" / "latest_checkpointed_iteration.txt"
     if latest.is_file():
         steps = max(steps, int(latest.read_text().strip() or 0))
     (out / "checkpoints" / FINISHED).touch()
-    return VerlRun(
+    return TrainResult(
         0,
         trained=True,
         steps=steps,
