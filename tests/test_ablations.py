@@ -95,7 +95,8 @@ def value(method, seed, k):
 
 @pytest.fixture()
 def aggregates(tmp_path):
-    from vpo.report.aggregate import summarise_seeds, write_csv
+    from vpo.data import write_csv
+    from vpo.report.aggregate import summarise_seeds
 
     rows = [
         dict(

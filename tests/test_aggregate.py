@@ -7,12 +7,12 @@ import math
 import pandas as pd
 import pytest
 
+from vpo.data import write_csv
 from vpo.report.aggregate import (
     aggregate_evals,
     aggregate_training,
     read_metrics_jsonl,
     training_curve_stats,
-    write_csv,
 )
 
 

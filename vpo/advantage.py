@@ -124,7 +124,7 @@ def _z_normalise(raw: np.ndarray, codes: np.ndarray, eps: float) -> tuple[np.nda
     return np.where((std < eps)[codes], 0.0, (raw - mean[codes]) / (std[codes] + eps)), mean, std
 
 
-DRAW_REPEATS = 4  # independent weight draws behind vpo/advantage_draw_std
+_DRAW_REPEATS = 4  # independent weight draws behind vpo/advantage_draw_std
 
 
 def advantage_draw_spread(
@@ -136,7 +136,7 @@ def advantage_draw_spread(
     alpha: float,
     sampler: str,
     eps: float = 1e-6,
-    repeats: int = DRAW_REPEATS,
+    repeats: int = _DRAW_REPEATS,
 ) -> float:
     """How much a batch's VPO advantages depend on which weights were drawn: the advantages computed
     with `repeats` independent draws of each group's n_weights weights, their standard deviation

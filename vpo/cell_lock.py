@@ -94,7 +94,7 @@ def writing_cell(cell: str | os.PathLike, *, what: str, output: str | None = Non
             yield
 
 
-def cell_of(path: str | os.PathLike) -> Path | None:
+def _cell_of(path: str | os.PathLike) -> Path | None:
     """The cell holding `path`: the nearest folder above it with a cell lock (jobs make one in every
     cell they write), or None."""
     for parent in Path(path).absolute().parents:
@@ -109,6 +109,6 @@ def reading_cells(paths, *, what: str) -> Iterator[None]:
     once (CellBusy naming the cell and its trainer), and no trainer starts on them meanwhile, so an
     aggregate never reads half a run's metrics."""
     with contextlib.ExitStack() as stack:
-        for cell in dict.fromkeys(c for c in map(cell_of, paths) if c is not None):
+        for cell in dict.fromkeys(c for c in map(_cell_of, paths) if c is not None):
             stack.enter_context(hold(cell / CELL_LOCK, what=what, shared=True))
         yield

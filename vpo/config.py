@@ -26,12 +26,12 @@ from vpo.config_checks import cross_key_problems
 from vpo.methods import register_variant
 from vpo.settings import LIMITS, LocalTrainerSettings, VerlSettings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
-DEFAULT_CONFIG = "config.yaml"
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_SCHEMA_PATH = _REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+_DEFAULT_CONFIG = "config.yaml"
 # libyaml's loader where PyYAML has it: the same documents in about a seventh of the time (config.yaml and
 # the schema: 0.059 -> 0.008 s), which every job pays reading the workflow's snapshot
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ConfigError(ValueError):
@@ -63,10 +63,10 @@ def _schema_validator():
     drift); made once per process (a config is validated before and after its preset is applied)."""
     import jsonschema
 
-    if not SCHEMA_PATH.exists():
-        raise ConfigError(f"the config schema {SCHEMA_PATH} is missing; run from a full checkout")
-    with open(SCHEMA_PATH) as fh:
-        schema = yaml.load(fh, Loader=YAML_LOADER)
+    if not _SCHEMA_PATH.exists():
+        raise ConfigError(f"the config schema {_SCHEMA_PATH} is missing; run from a full checkout")
+    with open(_SCHEMA_PATH) as fh:
+        schema = yaml.load(fh, Loader=_YAML_LOADER)
     schema["properties"]["local_trainer"] = _local_trainer_schema()
     # an integer is an int: JSON Schema counts 4.0 as one, and `steps: 4.0` or `seeds: [1.0]` then reached the
     # code as floats (a float seed, a float step count)
@@ -92,7 +92,7 @@ def _local_trainer_schema() -> dict:
 SHOWN = 5  # problems of other kinds than a missing key listed by one error
 
 
-def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str = "") -> None:
+def validate(cfg: Mapping[str, Any], *, source: str = _DEFAULT_CONFIG, stage: str = "") -> None:
     """Check cfg against the schema; raise ConfigError listing every missing key and the first SHOWN of
     the other problems."""
     errors = sorted(_schema_validator().iter_errors(cfg), key=lambda e: (list(map(str, e.absolute_path)), e.message))
@@ -113,7 +113,7 @@ def validate(cfg: Mapping[str, Any], *, source: str = DEFAULT_CONFIG, stage: str
         f"invalid config ({where}):\n  "
         + "\n  ".join(lines)
         + more
-        + f"\n  (allowed keys and values: {SCHEMA_PATH.relative_to(REPO_ROOT)})"
+        + f"\n  (allowed keys and values: {_SCHEMA_PATH.relative_to(_REPO_ROOT)})"
     )
 
 
@@ -134,15 +134,15 @@ def _non_finite(value: Any, path: str = "") -> list[tuple[str, float]]:
 
 def _check_cross_keys(cfg: Mapping[str, Any], source: str) -> None:
     """Rules spanning several keys, which the schema cannot express (vpo/config_checks.py)."""
-    problems = cross_key_problems(cfg, REPO_ROOT)
+    problems = cross_key_problems(cfg, _REPO_ROOT)
     if problems:
         raise ConfigError(f"invalid config ({source}, preset {cfg['preset']}):\n  " + "\n  ".join(problems))
 
 
-NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
+_NUMBER = re.compile(r"^[+-]?(\d+|\d*\.\d+([eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")
 
 
-WORDS = {"true": True, "false": False, "null": None}
+_WORDS = {"true": True, "false": False, "null": None}
 
 
 def numbers_in_lists(value: Any) -> Any:
@@ -151,9 +151,9 @@ def numbers_in_lists(value: Any) -> Any:
     `variants={"v": {"m": 2}}` gives "2"). No value of the config is text that reads as one of them."""
 
     def typed(v: Any) -> Any:
-        if isinstance(v, str) and NUMBER.match(v):
+        if isinstance(v, str) and _NUMBER.match(v):
             return int(v) if re.fullmatch(r"[+-]?\d+", v) else float(v)
-        return WORDS[v] if isinstance(v, str) and v in WORDS else numbers_in_lists(v)
+        return _WORDS[v] if isinstance(v, str) and v in _WORDS else numbers_in_lists(v)
 
     if isinstance(value, Mapping):
         return {k: typed(v) for k, v in value.items()}
@@ -167,7 +167,7 @@ def resolve_config(
     preset: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     *,
-    source: str = DEFAULT_CONFIG,
+    source: str = _DEFAULT_CONFIG,
 ) -> dict[str, Any]:
     """Validate raw, merge presets[preset or raw['preset']] and overrides over it, validate again.
 
@@ -185,7 +185,7 @@ def resolve_config(
     cfg = deep_merge(raw, raw["presets"][name])
     cfg["preset"] = name
     if overrides:
-        overrides = ablations_on_the_grid(cfg, numbers_in_lists(dict(overrides)))
+        overrides = _ablations_on_the_grid(cfg, numbers_in_lists(dict(overrides)))
         cfg = deep_merge(cfg, overrides)
         for variant_name, variant in (overrides.get("variants") or {}).items():
             # a variant redefined to run another method loses the label of the old one ("VPO (m = 2)"
@@ -198,12 +198,12 @@ def resolve_config(
         # keeps the overrides instead of re-applying the preset over them
         cfg["presets"] = {**raw["presets"], name: deep_merge(raw["presets"][name], overrides)}
     validate(cfg, source=source, stage=f"after applying preset '{name}'")
-    register_variants(cfg, source)
+    _register_variants(cfg, source)
     _check_cross_keys(cfg, source)
     return cfg
 
 
-def ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def _ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Overrides that change the grid's tasks (`--config tasks=[mytask]`) and leave `ablations.tasks`
     alone keep the preset's ablations on the tasks of the new grid only; a note names the others."""
     if "tasks" not in overrides or "tasks" in (overrides.get("ablations") or {}):
@@ -220,7 +220,7 @@ def ablations_on_the_grid(cfg: Mapping[str, Any], overrides: dict[str, Any]) -> 
     return deep_merge(overrides, {"ablations": {"tasks": kept}})
 
 
-def register_variants(cfg: Mapping[str, Any], source: str = DEFAULT_CONFIG) -> None:
+def _register_variants(cfg: Mapping[str, Any], source: str = _DEFAULT_CONFIG) -> None:
     """Add the config's method variants to the method table of this process (`vpo.methods`)."""
     for name, variant in (cfg.get("variants") or {}).items():
         try:
@@ -237,12 +237,12 @@ def load_config(
     """Read a config file (default ./config.yaml; the workflow hands jobs its snapshot with --config)
     and resolve it. preset: None -> the file's own `preset` key.
     """
-    path = Path(path or DEFAULT_CONFIG)
+    path = Path(path or _DEFAULT_CONFIG)
     if not path.exists():
         raise ConfigError(f"config file {path} not found; run from the repository root or pass --config")
     with open(path) as fh:
         try:
-            raw = yaml.load(fh, Loader=YAML_LOADER)
+            raw = yaml.load(fh, Loader=_YAML_LOADER)
         except yaml.YAMLError as err:
             raise ConfigError(f"{path} is not valid YAML: {err}") from err
     return resolve_config(raw, preset, overrides, source=str(path))

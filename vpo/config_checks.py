@@ -19,7 +19,7 @@ from vpo.task import ENTRY_POINT_GROUP, TASKS
 from vpo.templates import template_problems
 
 # the task settings only veRL reads: the CPU backends (local, trl) train the tiny model and ignore them
-VERL_TASK_KEYS = ("model", "max_prompt_length", "max_response_length", "epochs", "gpus")
+_VERL_TASK_KEYS = ("model", "max_prompt_length", "max_response_length", "epochs", "gpus")
 
 
 def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
@@ -54,7 +54,7 @@ def cross_key_problems(cfg: Mapping[str, Any], project: Path) -> list[str]:
                 f"report.best_at: {cfg['report']['best_at']} exceeds task_settings.{task}.eval.budget "
                 f"({budget}); lower report.best_at or raise the budget"
             )
-        missing = [key for key in VERL_TASK_KEYS if key not in settings]
+        missing = [key for key in _VERL_TASK_KEYS if key not in settings]
         if cfg["backend"] == "verl" and missing:  # the CPU backends train the tiny model and ignore them
             problems.append(
                 f"task_settings.{task}: backend verl needs {missing} (the model, its prompt and "

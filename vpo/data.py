@@ -1,11 +1,14 @@
 """Reading the pipeline's files with errors that name the file, what is wrong and how to rebuild it:
 a task's parquet split as plain Python rows (veRL's row schema: data_source, prompt, ability,
-reward_model, extra_info), a JSON object (train.json, evalseed*.json) and a non-empty CSV (the aggregates)."""
+reward_model, extra_info), a JSON object (train.json, evalseed*.json) and a non-empty CSV (the aggregates);
+and writing a table as CSV, atomically (`write_csv`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from vpo.atomic import atomic_file
 
 
 def rebuild_hint(path: str | os.PathLike) -> str:
@@ -52,7 +55,7 @@ def read_csv_table(path: str | os.PathLike):
     return frame
 
 
-def split_path(data_dir: str | os.PathLike, split: str) -> Path:
+def _split_path(data_dir: str | os.PathLike, split: str) -> Path:
     path = Path(data_dir) / f"{split}.parquet"
     if not path.is_file():
         raise FileNotFoundError(
@@ -69,7 +72,7 @@ def read_rows(data_dir: str | os.PathLike, split: str) -> list[dict]:
     value into a float)."""
     import pyarrow.parquet as pq
 
-    path = split_path(data_dir, split)
+    path = _split_path(data_dir, split)
     try:
         table = pq.ParquetFile(path).read()
     except Exception as err:  # pyarrow raises several types for a damaged file
@@ -85,3 +88,12 @@ def read_rows(data_dir: str | os.PathLike, split: str) -> list[dict]:
     # pandas' metadata may name an index column (a frame written with its index); pandas sets it aside
     index = [name for name in (table.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(name, str)]
     return table.drop_columns(index).to_pylist()
+
+
+def write_csv(frame, path: str | os.PathLike) -> None:
+    """Write a pandas table as CSV through vpo.atomic: a killed job leaves no complete-looking file. A `k`
+    column is written as integers, empty for scalar metrics (not 1.0, 2.0, ...)."""
+    if "k" in frame.columns:
+        frame = frame.assign(k=frame["k"].astype("Int64"))
+    with atomic_file(path) as tmp:
+        frame.to_csv(tmp, index=False)

@@ -28,7 +28,7 @@ def _entropy_bits(items: list[str]) -> float:
     return -sum(c / total * math.log2(c / total) for c in counts.values()) if total else 0.0
 
 
-def eval_diagnostics(run_dir: Path) -> dict[str, Any]:
+def _eval_diagnostics(run_dir: Path) -> dict[str, Any]:
     """Candidate-level figures of every evaluation of the cell (pooled over eval seeds)."""
     import pandas as pd
 
@@ -92,7 +92,7 @@ def _token_lengths(run_dir: Path, responses: list[str]) -> list[int] | None:
     return [len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 1 for text in responses]
 
 
-def training_diagnostics(run_dir: Path) -> dict[str, Any]:
+def _training_diagnostics(run_dir: Path) -> dict[str, Any]:
     """Start and end of training (means over the first and last fifth of the logged steps)."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
@@ -128,7 +128,7 @@ def training_diagnostics(run_dir: Path) -> dict[str, Any]:
 
 def diagnose(run_dir: str | Path) -> dict[str, Any]:
     run = Path(run_dir)
-    return {"run": str(run), "eval": eval_diagnostics(run), "training": training_diagnostics(run)}
+    return {"run": str(run), "eval": _eval_diagnostics(run), "training": _training_diagnostics(run)}
 
 
 def _print(report: dict[str, Any]) -> None:

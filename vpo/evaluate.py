@@ -70,7 +70,7 @@ def parse_train_seed(model_path: str) -> int | None:
     return None
 
 
-GOAL_WEIGHT_MODES = ("none", "per_chain", "per_problem")  # what a goal-conditioned model is shown at evaluation
+_GOAL_WEIGHT_MODES = ("none", "per_chain", "per_problem")  # what a goal-conditioned model is shown at evaluation
 
 
 @dataclass
@@ -96,14 +96,13 @@ def prompt_plan(
     samples; "per_chain" budget / m fresh vectors per problem, drawn in problem-major order from
     default_rng(eval_seed) as the authors' MuSiQue evaluation draws them, each prompt sampled m times.
     """
-    if goal_weights not in GOAL_WEIGHT_MODES:
-        raise ValueError(f"eval.goal_weights {goal_weights!r} is not one of {GOAL_WEIGHT_MODES}")
+    if goal_weights not in _GOAL_WEIGHT_MODES:
+        raise ValueError(f"eval.goal_weights {goal_weights!r} is not one of {_GOAL_WEIGHT_MODES}")
     if method.multi_answer:
         prompts = [row_prompt(r, mode="multi", m=m, task=task) for r in rows]
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget // m)
     if method.prompt != "goal" or goal_weights == "none":
-        # pragma below: row_prompt reads m only for the multi-answer prompt
-        prompts = [row_prompt(r, mode="single", m=1, task=task) for r in rows]  # pragma: no mutate
+        prompts = [row_prompt(r, mode="single", m=1, task=task) for r in rows]
         return PromptPlan(prompts, list(range(len(rows))), [None] * len(rows), budget)
     if goal_weights == "per_problem":
         shown = [
@@ -115,10 +114,7 @@ def prompt_plan(
         per_problem = budget // m
         drawn = np.random.default_rng(eval_seed).dirichlet(np.full(task.k, float(alpha)), size=len(rows) * per_problem)
         shown, problems, n = list(drawn), [p for p in range(len(rows)) for _ in range(per_problem)], m
-    prompts = [
-        row_prompt(rows[p], mode="goal", m=1, task=task, weights=w)  # pragma: no mutate (m: as above)
-        for p, w in zip(problems, shown)
-    ]
+    prompts = [row_prompt(rows[p], mode="goal", m=1, task=task, weights=w) for p, w in zip(problems, shown)]
     return PromptPlan(prompts, problems, [[float(x) for x in w] for w in shown], n)
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vpo.advantage import vpo_advantage
+from vpo.data import write_csv
 from vpo.method_advantage import advantage_for_method
 from vpo.vpo_scores import vpo_raw_scores
 
@@ -119,7 +120,7 @@ def run_all(settings: BanditSettings, seeds: list[int]):
 
 
 # ---- how a rollout's VPO advantage responds to coverage, alpha, the sampler and k --------------
-def corner_group(k: int, covered: int, group: int = 8) -> list[np.ndarray]:
+def _corner_group(k: int, covered: int, group: int = 8) -> list[np.ndarray]:
     """A prompt group of `group` rollouts with k objectives: rollout 0 reaches `covered` different
     objectives (one-hot answers), every other rollout reaches one (objective j mod k)."""
     eye = np.eye(k)
@@ -132,7 +133,7 @@ def advantage_sweeps(seed: int = 0, repeats: int = 200) -> pd.DataFrame:
     import pandas as pd
 
     def measure(sweep, k, covered, alpha=1.0, sampler="naive", n_weights=100):
-        group, ids = corner_group(k, covered), ["g"] * 8
+        group, ids = _corner_group(k, covered), ["g"] * 8
         settings = {"n_weights": n_weights, "alpha": alpha, "sampler": sampler}
         rngs = [np.random.default_rng([seed, r]) for r in range(repeats)]
         draws = [vpo_advantage(group, ids, rng=rng, **settings)[0][0] for rng in rngs]
@@ -163,8 +164,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vpo.report.aggregate import write_csv
-
     if args.what == "advantage":
         table = advantage_sweeps(seed=int(args.seeds.split(",")[0]))
         write_csv(table, args.out)

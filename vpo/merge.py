@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="where to write the model (default: <run>/model)")
 
 
-def read_backend(run_dir: Path) -> str:
+def _read_backend(run_dir: Path) -> str:
     marker = run_dir / "train.json"
     if not marker.is_file():
         raise MergeError(f"{marker} does not exist: the run has not finished training (run `vpo train` first)")
@@ -75,7 +75,7 @@ def latest_actor_dir(checkpoints: Path) -> Path:
     return actor
 
 
-def merge_fsdp(actor_dir: Path, target: Path) -> Path:
+def _merge_fsdp(actor_dir: Path, target: Path) -> Path:
     """veRL's FSDP merger from `actor_dir` into `target` (via a temporary directory)."""
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")  # the merge is CPU work; keep it off a shared GPU
@@ -101,7 +101,7 @@ def merge_fsdp(actor_dir: Path, target: Path) -> Path:
     return target
 
 
-def copy_local(final_dir: Path, target: Path) -> Path:
+def _copy_local(final_dir: Path, target: Path) -> Path:
     if not (final_dir / "config.json").is_file():
         raise MergeError(f"{final_dir} has no config.json: the local trainer did not save its final model")
     with atomic_dir(target) as tmp:
@@ -114,9 +114,9 @@ def merge_run(run_dir, out=None) -> Path:
     run_dir = Path(run_dir)
     target = Path(out) if out else run_dir / "model"
     target.parent.mkdir(parents=True, exist_ok=True)
-    if read_backend(run_dir) in ("local", "trl"):
-        return copy_local(run_dir / "checkpoints" / "final", target)
-    return merge_fsdp(latest_actor_dir(run_dir / "checkpoints"), target)
+    if _read_backend(run_dir) in ("local", "trl"):
+        return _copy_local(run_dir / "checkpoints" / "final", target)
+    return _merge_fsdp(latest_actor_dir(run_dir / "checkpoints"), target)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,20 +25,20 @@ def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
     if multi:
         raise ValueError(f"gdpo expects one answer per rollout, rollout {multi[0]} has {mats[multi[0]].shape[0]}")
     # a batch without any channel: 0 or 1 zero columns give gdpo's same zero advantages
-    width = max((m.shape[1] for m in mats), default=0)  # pragma: no mutate (see above)
+    width = max((m.shape[1] for m in mats), default=0)
     out = np.zeros((len(mats), width))
     for i, m in enumerate(mats):
         out[i, : m.shape[1]] = m.ravel()
     return out
 
 
-SUPPLIED = ("rng", "weights", "response_lengths", "strategy_keys", "correct")  # given by the caller, never configured
+_SUPPLIED = ("rng", "weights", "response_lengths", "strategy_keys", "correct")  # given by the caller, never configured
 
 
-def estimator_knobs(name: str) -> set[str]:
+def _estimator_knobs(name: str) -> set[str]:
     """The settings an estimator takes from config.yaml's method_settings: its keyword parameters after
     the two data arguments (scores or sub_scores, group_ids), less those the caller supplies."""
-    return set(list(inspect.signature(get_estimator(name)).parameters)[2:]) - set(SUPPLIED)
+    return set(list(inspect.signature(get_estimator(name)).parameters)[2:]) - set(_SUPPLIED)
 
 
 def setting_keys(method: str | Method) -> set[str]:
@@ -47,7 +47,7 @@ def setting_keys(method: str | Method) -> set[str]:
     that gives strategy keys, vpo.strategy_judge) when it reads strategy keys."""
     meth = get_method(method)
     read_by_caller = {"weighted": {"alpha"}, "keyed": {"judge"}}.get(meth.reward, set())  # rows' weights; keys
-    return estimator_knobs(meth.estimator) | read_by_caller
+    return _estimator_knobs(meth.estimator) | read_by_caller
 
 
 def advantage_for_method(
@@ -77,7 +77,7 @@ def advantage_for_method(
     meth = get_method(method)
     fn = get_estimator(meth.estimator)
     params = inspect.signature(fn).parameters
-    knobs = estimator_knobs(meth.estimator)
+    knobs = _estimator_knobs(meth.estimator)
     kwargs = {key: value for key, value in dict(settings or {}).items() if key in knobs}
     if "rng" in params:
         kwargs["rng"] = rng

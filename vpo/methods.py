@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-REWARD_KINDS = ("scalar", "channels", "matrix", "sum", "weighted", "keyed")
+_REWARD_KINDS = ("scalar", "channels", "matrix", "sum", "weighted", "keyed")
 PROMPT_KINDS = ("single", "multi", "goal")
 UNSTYLED = ("#555555", "-", "o")  # a line's colour, line style and marker when no method gives them
 
@@ -20,7 +20,7 @@ class Method:
     name: str  # method-facing name, used in config.yaml, paths and figures
     estimator: str  # key of vpo.advantage.ESTIMATORS
     multi_answer: bool  # True: m answers per rollout (m from the task settings); False: one answer
-    reward: str  # what the estimator is given: one of REWARD_KINDS (see the table below)
+    reward: str  # what the estimator is given: one of _REWARD_KINDS (see the table below)
     prompt: str  # prompt rewrite: "single" (as is), "multi" (ask for m answers), "goal" (w shown)
     description: str = ""  # one line for tables and --help
     # which entry of task_settings' max_prompt_length / max_response_length the method trains with: its
@@ -33,8 +33,8 @@ class Method:
     base: str | None = None  # a variant (config.yaml `variants`): the table method it varies
 
     def __post_init__(self) -> None:
-        if self.reward not in REWARD_KINDS:
-            raise ValueError(f"method {self.name!r}: reward {self.reward!r} is not one of {REWARD_KINDS}")
+        if self.reward not in _REWARD_KINDS:
+            raise ValueError(f"method {self.name!r}: reward {self.reward!r} is not one of {_REWARD_KINDS}")
         for kind in (self.prompt, self.length_kind):
             if kind not in PROMPT_KINDS:
                 raise ValueError(f"method {self.name!r}: prompt kind {kind!r} is not one of {PROMPT_KINDS}")

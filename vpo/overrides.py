@@ -87,7 +87,7 @@ def preset_conflicts(raw: Mapping[str, Any], overrides: Mapping[str, Any], prese
     return found
 
 
-def file_notes(named: list[tuple[str, Mapping[str, Any]]], project: Mapping[str, Any], preset: str) -> list[str]:
+def _file_notes(named: list[tuple[str, Mapping[str, Any]]], project: Mapping[str, Any], preset: str) -> list[str]:
     """One line per user's config file (path, contents): the keys it sets over the preset, and how it is read."""
     lines = []
     for path, data in named:
@@ -117,7 +117,7 @@ def workflow_config(
         for path in configfiles
         if Path(path).resolve() != project_config
     ]
-    for line in file_notes(files, project, merged.get("preset")):
+    for line in _file_notes(files, project, merged.get("preset")):
         print(line, file=notes)
     overrides = user_overrides(
         merged, project, deep_merge(file_overrides([data for _, data in files], project), dict(command_line))

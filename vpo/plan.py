@@ -78,8 +78,8 @@ def figure_source_note(target: str, source: str, preset: str, grid: dict) -> str
 
 # Snakemake's planning cost, measured on 2 cores: 10,000 seeds of the cpu grid planned 170,059 jobs in
 # 10 min 03 s and 3.46 GB before the first job started
-PLAN_SECONDS_PER_JOB = 603 / 170_059
-PLAN_BYTES_PER_JOB = 3.46e9 / 170_059
+_PLAN_SECONDS_PER_JOB = 603 / 170_059
+_PLAN_BYTES_PER_JOB = 3.46e9 / 170_059
 LARGE_PLAN_JOBS = 20_000
 
 
@@ -93,7 +93,7 @@ def large_plan_note(jobs: int) -> str | None:
     """One line for a plan of more than LARGE_PLAN_JOBS jobs: their number and what planning will cost."""
     if jobs <= LARGE_PLAN_JOBS:
         return None
-    minutes, gigabytes = jobs * PLAN_SECONDS_PER_JOB / 60, jobs * PLAN_BYTES_PER_JOB / 1e9
+    minutes, gigabytes = jobs * _PLAN_SECONDS_PER_JOB / 60, jobs * _PLAN_BYTES_PER_JOB / 1e9
     return (
         f"plan: about {jobs:,} jobs; Snakemake takes about {max(1, round(minutes))} min and {gigabytes:.1f} GB "
         "of memory to plan them before the first one starts (fewer seeds, or a target such as one cell, plan faster)"
@@ -101,7 +101,7 @@ def large_plan_note(jobs: int) -> str | None:
 
 
 # What each training backend imports beyond the CPU install (`make install`), and where it comes from
-BACKEND_PACKAGES = {
+_BACKEND_PACKAGES = {
     "trl": ("trl", "pip install -e '.[trl]' (or make install-test)"),
     "verl": ("verl", "make install-test on CPU, or envs/gpu.yaml's environment on GPU nodes"),
 }
@@ -113,9 +113,9 @@ def backend_missing(backend: str) -> str | None:
     already truncated a finished cell's metrics and removed its marker."""
     from importlib.util import find_spec
 
-    if backend not in BACKEND_PACKAGES:
+    if backend not in _BACKEND_PACKAGES:
         return None
-    package, install = BACKEND_PACKAGES[backend]
+    package, install = _BACKEND_PACKAGES[backend]
     try:
         found = find_spec(package) is not None
     except (ImportError, ValueError):

@@ -27,7 +27,7 @@ from vpo.task import resolve, task_code
 from vpo.templates import apply_templates, read_templates
 
 # flag dest -> setting name understood by the tasks that take it (maze: all of these)
-FLAG_SETTINGS = {
+_FLAG_SETTINGS = {
     "train_size": "train_size",
     "test_size": "test_size",
     "train_seed": "train_seed",
@@ -64,13 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def not_finite(value: Any) -> bool:
+def _not_finite(value: Any) -> bool:
     """Whether a parsed value holds NaN or an infinity, at any depth."""
     if isinstance(value, float):
         return value != value or value in (float("inf"), float("-inf"))
     if isinstance(value, dict):
-        return any(not_finite(v) for v in value.values())
-    return isinstance(value, list) and any(not_finite(v) for v in value)
+        return any(_not_finite(v) for v in value.values())
+    return isinstance(value, list) and any(_not_finite(v) for v in value)
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
             parsed = json.loads(value)
         except json.JSONDecodeError:
             parsed = value
-        if not_finite(parsed):  # json reads NaN and Infinity; no setting means them
+        if _not_finite(parsed):  # json reads NaN and Infinity; no setting means them
             raise SystemExit(f"vpo preprocess: --set {key}={value}: {value} is not a finite number")
         *parents, leaf = key.split(".")
         node = settings
@@ -96,7 +96,7 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def task_block(args: argparse.Namespace) -> dict[str, Any]:
+def _task_block(args: argparse.Namespace) -> dict[str, Any]:
     """task_settings.<task> of --config, read once ({} without one)."""
     if not args.config:
         return {}
@@ -104,10 +104,10 @@ def task_block(args: argparse.Namespace) -> dict[str, Any]:
     return task_settings(load_config(args.config, args.preset), args.task)
 
 
-def settings_from_args(args: argparse.Namespace, block: dict[str, Any]) -> dict[str, Any]:
+def _settings_from_args(args: argparse.Namespace, block: dict[str, Any]) -> dict[str, Any]:
     """The task's data settings: the config's task block (if any) < flags < --set."""
     settings: dict[str, Any] = dict(block.get("data") or {})
-    for dest, name in FLAG_SETTINGS.items():
+    for dest, name in _FLAG_SETTINGS.items():
         if getattr(args, dest, None) is not None:
             settings[name] = getattr(args, dest)
     return deep_merge(settings, _parse_set(args.set))
@@ -162,8 +162,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"vpo preprocess: {err}") from None
     start = time.perf_counter()
     try:
-        block = task_block(args)
-        settings = settings_from_args(args, block)
+        block = _task_block(args)
+        settings = _settings_from_args(args, block)
         # a relative template path names a file of the project, the directory config.yaml is in
         templates = read_templates(task, block.get("prompts"), Path(args.config).parent if args.config else None)
         # ValueError and OSError: the task's own messages about its settings and data files

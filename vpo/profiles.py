@@ -17,11 +17,11 @@ from pathlib import Path
 
 from vpo.atomic import atomic_dir
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
-INSTALLABLE = ("slurm", "lsf")
+_PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+_INSTALLABLE = ("slurm", "lsf")
 
 
-def user_profiles_dir() -> Path:
+def _user_profiles_dir() -> Path:
     """Where Snakemake finds profiles given by bare name (its user config directory)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "snakemake"
@@ -29,15 +29,15 @@ def user_profiles_dir() -> Path:
 
 def install_profile(name: str, dest_root: Path | None = None, as_name: str | None = None) -> Path:
     """Copy profiles/<name> to <dest_root>/<as_name or name>; refuse to overwrite. Returns the copy."""
-    source = PROFILES_DIR / name
-    if name not in INSTALLABLE or not source.is_dir():
-        raise ValueError(f"unknown profile {name!r}; installable: {', '.join(INSTALLABLE)}")
+    source = _PROFILES_DIR / name
+    if name not in _INSTALLABLE or not source.is_dir():
+        raise ValueError(f"unknown profile {name!r}; installable: {', '.join(_INSTALLABLE)}")
     if as_name is not None and not re.fullmatch(r"(?!\.+$)[A-Za-z0-9_.-]+", as_name):
         raise ValueError(
             f"--as {as_name!r}: a profile name is letters, digits, _ . - (not a path); it becomes "
             "a folder of the profiles directory"
         )
-    dest = (dest_root or user_profiles_dir()) / (as_name or name)
+    dest = (dest_root or _user_profiles_dir()) / (as_name or name)
     if dest.exists():
         raise FileExistsError(
             f"{dest} already exists and is left as it is; compare with `diff -r {source} {dest}`, "
@@ -49,7 +49,7 @@ def install_profile(name: str, dest_root: Path | None = None, as_name: str | Non
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=INSTALLABLE, help="which cluster profile to install")
+    parser.add_argument("name", choices=_INSTALLABLE, help="which cluster profile to install")
     parser.add_argument("--as", dest="as_name", default=None, help="install under this name instead")
     parser.add_argument(
         "--dest",

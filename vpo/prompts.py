@@ -25,7 +25,7 @@ from vpo.task import Task, resolve
 from vpo.templates import PROMPT_MODES, last_user_turn, templated_content
 
 GOAL_HEADER = "Your objective weights (higher = more important to optimize):"
-GOAL_FOOTER = "Maximize your weighted score."
+_GOAL_FOOTER = "Maximize your weighted score."
 
 
 def goal_weights(seed: int, row_index: int, k: int, alpha: float = 1.0) -> np.ndarray:
@@ -42,9 +42,9 @@ def _task(task: Task | str) -> Task:
     return task if isinstance(task, Task) else resolve(task)
 
 
-def goal_suffix(task: Task, weights: Sequence[float]) -> str:
+def _goal_suffix(task: Task, weights: Sequence[float]) -> str:
     lines = [f"- {description}: {w:.2f}" for (_, description), w in zip(task.objectives, weights)]
-    return "\n\n" + "\n".join([GOAL_HEADER, *lines, GOAL_FOOTER])
+    return "\n\n" + "\n".join([GOAL_HEADER, *lines, _GOAL_FOOTER])
 
 
 def rewrite_prompt(
@@ -76,7 +76,7 @@ def rewrite_prompt(
     else:
         if weights is None or len(weights) != task.k:
             raise ValueError(f"goal-conditioned prompt for task {task.name!r} needs {task.k} weights, got {weights!r}")
-        content = content + goal_suffix(task, weights)
+        content = content + _goal_suffix(task, weights)
     out[i]["content"] = content
     return out
 
@@ -97,13 +97,13 @@ def row_prompt(
     return out
 
 
-def to_plain(value: Any) -> Any:
+def _to_plain(value: Any) -> Any:
     """Deep copy with numpy arrays and scalars turned into lists and Python numbers
     (what a parquet record read by pandas holds)."""
     if isinstance(value, dict):
-        return {k: to_plain(v) for k, v in value.items()}
+        return {k: _to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
-        return [to_plain(v) for v in value]
+        return [_to_plain(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return copy.deepcopy(value)
@@ -120,7 +120,7 @@ def prepare_row(
     reward_model.ground_truth["weights"]; random_weight: the same w, hidden from the prompt.
     """
     method = get_method(method)
-    out = to_plain(dict(row))
+    out = _to_plain(dict(row))
     task = resolve(out["data_source"])
     m = int(m if m is not None else task.default_m) if method.multi_answer else 1
     extra = out.get("extra_info") or {}

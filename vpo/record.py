@@ -19,7 +19,7 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DATA = DOCS / "reproducibility.yaml"
 DOCUMENT = DOCS / "reproducibility.md"
-EVALUATION = DOCS / "evaluation.md"  # the evaluation table's document; every other table is DOCUMENT's
+_EVALUATION = DOCS / "evaluation.md"  # the evaluation table's document; every other table is DOCUMENT's
 # each table: its YAML list, then (YAML field, the document's column heading) in order
 TABLES = {
     "settings": [
@@ -92,7 +92,7 @@ def deviations(path: Path | None = None) -> list[str]:
     ]
 
 
-def markdown_table(table: str, rows: list[dict[str, str]]) -> str:
+def _markdown_table(table: str, rows: list[dict[str, str]]) -> str:
     """A table of the record as Markdown lines (an empty cell as `| |`)."""
     columns = TABLES[table]
     lines = ["| " + " | ".join(heading for _, heading in columns) + " |", "|" + "---|" * len(columns)]
@@ -111,7 +111,7 @@ def _cell(table: str, name: str, value: str) -> str:
     return code.replace("|", "\\|")
 
 
-def with_tables(document: str, record: dict[str, list[dict[str, str]]], tables=None) -> str:
+def _with_tables(document: str, record: dict[str, list[dict[str, str]]], tables=None) -> str:
     """The document with each of `tables` (default: every table) between its markers written from the record."""
     for table in tables or TABLES:
         start, end = (
@@ -121,7 +121,7 @@ def with_tables(document: str, record: dict[str, list[dict[str, str]]], tables=N
         pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(document):
             raise ValueError(f"the document has no markers {start!r} ... {end!r}")
-        body = markdown_table(table, record[table])
+        body = _markdown_table(table, record[table])
         document = pattern.sub(lambda _: f"{start}\n{body}\n{end}", document)
     return document
 
@@ -130,7 +130,7 @@ DEVIATIONS_START = "<!-- list deviations: docs/reproducibility.yaml, written by 
 DEVIATIONS_END = "<!-- end of list deviations -->"
 
 
-def with_deviations(document: str, path: Path | None = None) -> str:
+def _with_deviations(document: str, path: Path | None = None) -> str:
     """The document with the list of deviations (every settings row with a `differs`) between its markers."""
     pattern = re.compile(re.escape(DEVIATIONS_START) + r"\n.*?" + re.escape(DEVIATIONS_END), re.DOTALL)
     if not pattern.search(document):
@@ -155,10 +155,10 @@ def as_rst(text: str) -> str:
 
 # ---- line citations and what they say ------------------------------------------------------------
 # `path@commit:lines` (lines: 64, 53-54 or a list "16, 48"), and GitHub links to `blob/<sha>/<path>#La-Lb`
-TEXT_CITATION = re.compile(
+_TEXT_CITATION = re.compile(
     r"(?P<path>[\w./-]+\.(?:py|sh|md|ipynb))@(?P<commit>[0-9a-f]{7,40}):(?P<lines>\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)"
 )
-LINK_CITATION = re.compile(
+_LINK_CITATION = re.compile(
     r"https://github\.com/[\w-]+/[\w.-]+/blob/(?P<commit>[0-9a-f]{40})/(?P<path>[^#)\s]+)#L(?P<low>\d+)(?:-L(?P<high>\d+))?"
 )
 
@@ -166,11 +166,13 @@ LINK_CITATION = re.compile(
 def line_citations(text: str) -> list[str]:
     """Every line citation in `text`, one `path@commit7:low[-high]` per cited line or range."""
     found = [
-        f"{m['path']}@{m['commit'][:7]}:{part}" for m in TEXT_CITATION.finditer(text) for part in m["lines"].split(", ")
+        f"{m['path']}@{m['commit'][:7]}:{part}"
+        for m in _TEXT_CITATION.finditer(text)
+        for part in m["lines"].split(", ")
     ]
     found += [
         f"{m['path']}@{m['commit'][:7]}:{m['low']}" + (f"-{m['high']}" if m["high"] else "")
-        for m in LINK_CITATION.finditer(text)
+        for m in _LINK_CITATION.finditer(text)
     ]
     return found
 
@@ -185,7 +187,7 @@ def cited_in_documents() -> set[str]:
         for row in rows
         for c in line_citations(" ".join(row.values()))
     }
-    for document in (DOCUMENT, EVALUATION):
+    for document in (DOCUMENT, _EVALUATION):
         prose = re.sub(
             r"<!-- (table|list) .*?<!-- end of (table|list) \w+ -->", "", document.read_text(), flags=re.DOTALL
         )
@@ -249,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     main_tables = [t for t in TABLES if t != "evaluation"]
     differ = []
     for document, build in (
-        (DOCUMENT, lambda text: with_deviations(with_tables(text, record, main_tables))),
-        (EVALUATION, lambda text: with_tables(text, record, ["evaluation"])),
+        (DOCUMENT, lambda text: _with_deviations(_with_tables(text, record, main_tables))),
+        (_EVALUATION, lambda text: _with_tables(text, record, ["evaluation"])),
     ):
         current = document.read_text(encoding="utf-8")
         wanted = build(current)

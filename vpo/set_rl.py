@@ -35,8 +35,8 @@ from vpo.rollouts import group_codes, group_slots
 from vpo.strategy_judge import UNJUDGED  # the key of a group whose judge call failed: the group is skipped
 from vpo.task import DEGENERATE_STRATEGY as DEGENERATE_KEY  # a task's key for output that shows no strategy
 
-AGGREGATIONS = ("mean", "sum")  # code, paper
-HOMOGENEOUS_RULES = ("paper", "code")  # a set of one distinct key scores 0 (paper) or 1/n (code)
+_AGGREGATIONS = ("mean", "sum")  # code, paper
+_HOMOGENEOUS_RULES = ("paper", "code")  # a set of one distinct key scores 0 (paper) or 1/n (code)
 
 
 @lru_cache(maxsize=64)
@@ -52,7 +52,7 @@ def key_codes(keys: Sequence[Any], degenerate_key: str = DEGENERATE_KEY) -> np.n
     return np.fromiter(codes, dtype=np.int64, count=len(keys))
 
 
-def distinct_counts(codes: np.ndarray) -> np.ndarray:
+def _distinct_counts(codes: np.ndarray) -> np.ndarray:
     """(..., n) int codes -> (...,) number of distinct codes >= 0 along the last axis."""
     ordered = np.sort(codes)  # along the last axis
     first = ordered[..., :1] >= 0
@@ -62,7 +62,7 @@ def distinct_counts(codes: np.ndarray) -> np.ndarray:
 
 def set_diversity(codes: np.ndarray, set_size: int, homogeneous: str) -> np.ndarray:
     """(..., n) key codes of sets -> (...,) d(S)."""
-    distinct = distinct_counts(codes)
+    distinct = _distinct_counts(codes)
     if homogeneous == "paper":
         distinct = np.where(distinct > 1, distinct, 0)
     return distinct / set_size
@@ -124,10 +124,10 @@ def set_rl(
     rewards: (B,) in [0, 1];  group_ids: (B,);  keys: (B,) hashable strategy keys.
     Returns: advantages (B,), {"diversity": mean d over all sets used, "skipped": groups of N <= n,
     "codes": (B,) key codes}."""
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"set_rl aggregation {aggregation!r} is not one of {AGGREGATIONS}")
-    if homogeneous not in HOMOGENEOUS_RULES:
-        raise ValueError(f"set_rl homogeneous {homogeneous!r} is not one of {HOMOGENEOUS_RULES}")
+    if aggregation not in _AGGREGATIONS:
+        raise ValueError(f"set_rl aggregation {aggregation!r} is not one of {_AGGREGATIONS}")
+    if homogeneous not in _HOMOGENEOUS_RULES:
+        raise ValueError(f"set_rl homogeneous {homogeneous!r} is not one of {_HOMOGENEOUS_RULES}")
     if set_size < 1 or (n_sets is not None and n_sets < 1):
         raise ValueError(f"set_rl needs set_size >= 1 and n_sets >= 1 (or null), got {set_size} and {n_sets}")
     rng = np.random.default_rng(rng)  # a Generator passes through as itself

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from vpo.task import DEGENERATE_STRATEGY
 
 UNJUDGED = "unjudged"  # the key of every response of a group whose judge call failed, under on_failure: skip
-FAILURE_RULES = ("skip", "distinct")
+_FAILURE_RULES = ("skip", "distinct")
 
 JUDGE_SYSTEM = (
     "You compare how several responses to one problem were reached. Two responses share a strategy when "
@@ -66,8 +66,8 @@ class JudgeSettings:
         if unknown or not {"url", "model"} <= set(block):
             raise ValueError(f"judge settings need url and model and take only {sorted(known)}; got {sorted(block)}")
         settings = cls(**block)
-        if settings.on_failure not in FAILURE_RULES:
-            raise ValueError(f"judge on_failure {settings.on_failure!r} is not one of {FAILURE_RULES}")
+        if settings.on_failure not in _FAILURE_RULES:
+            raise ValueError(f"judge on_failure {settings.on_failure!r} is not one of {_FAILURE_RULES}")
         return settings
 
 

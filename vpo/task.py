@@ -38,6 +38,7 @@ class Task:
     Attributes (class level):
         name:            registry key and the `--task` value.
         data_source:     the parquet `data_source` column; the reward dispatcher routes on it.
+        ability:         the rows' `ability` column (veRL's schema; nothing routes on it).
         objectives:      k (name, description) pairs; names are reward keys, descriptions are shown
                          to the model in goal-conditioned prompts.
         scalar_weights:  k weights of the fixed GRPO scalar (maze: the mean).
@@ -61,6 +62,7 @@ class Task:
     name: str = ""
     label: str = ""
     data_source: str = ""
+    ability: str = ""
     objectives: tuple[tuple[str, str], ...] = ()
     scalar_weights: tuple[float, ...] = ()
     default_m: int = 3
@@ -72,7 +74,18 @@ class Task:
     settings_class: type | None = None
     size_settings: Mapping[str, str] = {"train": "train_size", "test": "test_size"}
 
-    # ---- properties every task gets ---------------------------------------------------------
+    # ---- what every task gets ---------------------------------------------------------------
+    def row(self, prompt: str | list[dict], ground_truth: dict, *, split: str, index: int, **extra_info) -> dict:
+        """One data row in veRL's schema, as `preprocess` writes them: `prompt` the user's message (or the
+        chat turns), the rule reward's `ground_truth`, `extra_info` (split, index, then whatever is given)."""
+        return {
+            "data_source": self.data_source,
+            "prompt": [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt),
+            "ability": self.ability,
+            "reward_model": {"style": "rule", "ground_truth": ground_truth},
+            "extra_info": {"split": split, "index": index, **extra_info},
+        }
+
     @property
     def k(self) -> int:
         """Number of reward dimensions."""

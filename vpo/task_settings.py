@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+_SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
 def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
@@ -23,7 +23,7 @@ def settings_from(cls: type, values: dict[str, Any] | None, task: str) -> Any:
         raise ValueError(f"{task}: unknown setting(s) {unknown}; known: {sorted(fields)}")
     for name, value in values.items():
         allowed = [part.strip() for part in fields[name].split("|")]
-        kinds = [SIMPLE_TYPES.get(part) for part in allowed if part != "None"]
+        kinds = [_SIMPLE_TYPES.get(part) for part in allowed if part != "None"]
         if None in kinds or (value is None and "None" in allowed):  # a richer type: the task checks it
             continue
         if (isinstance(value, bool) and "bool" not in allowed) or not any(isinstance(value, k) for k in kinds):

@@ -33,10 +33,10 @@ from typing import Any, Mapping, Sequence
 from vpo.task import Task
 
 PROMPT_MODES = ("single", "multi", "goal")
-PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
-MAX_TEMPLATE_BYTES = 65536  # a template travels in every row (the paper's maze: 1000 rows)
-MODE_FIELDS = {"single": ("format",), "multi": ("m", "multi_format"), "goal": ("format", "weights")}
-MODE_REQUIRED = {"single": (), "multi": ("m",), "goal": ("weights",)}
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+_MAX_TEMPLATE_BYTES = 65536  # a template travels in every row (the paper's maze: 1000 rows)
+_MODE_FIELDS = {"single": ("format",), "multi": ("m", "multi_format"), "goal": ("format", "weights")}
+_MODE_REQUIRED = {"single": (), "multi": ("m",), "goal": ("weights",)}
 
 
 class TemplateError(ValueError):
@@ -45,7 +45,7 @@ class TemplateError(ValueError):
 
 def placeholders(text: str) -> list[str]:
     """The placeholder names of a template, in order of first use."""
-    names = [match.group(1) for match in PLACEHOLDER.finditer(text) if match.group(1) is not None]
+    names = [match.group(1) for match in _PLACEHOLDER.finditer(text) if match.group(1) is not None]
     return list(dict.fromkeys(names))
 
 
@@ -57,16 +57,16 @@ def render(text: str, values: Mapping[str, Any]) -> str:
             return match.group(0)[0]
         return str(values[match.group(1)])
 
-    return PLACEHOLDER.sub(replace, text)
+    return _PLACEHOLDER.sub(replace, text)
 
 
 def check_template(task: Task, mode: str, text: str, source: str) -> None:
     """TemplateError naming `source` when the text lacks a placeholder the mode needs or uses one it
     does not know."""
     used = placeholders(text)
-    known = [*task.template_fields, *MODE_FIELDS[mode]]
+    known = [*task.template_fields, *_MODE_FIELDS[mode]]
     unknown = [name for name in used if name not in known]
-    missing = [name for name in [*task.required_template_fields, *MODE_REQUIRED[mode]] if name not in used]
+    missing = [name for name in [*task.required_template_fields, *_MODE_REQUIRED[mode]] if name not in used]
     if unknown or missing:
         problems = ([f"lacks {', '.join('{' + n + '}' for n in missing)}"] if missing else []) + (
             [f"uses unknown {', '.join('{' + n + '}' for n in unknown)}"] if unknown else []
@@ -74,7 +74,7 @@ def check_template(task: Task, mode: str, text: str, source: str) -> None:
         raise TemplateError(
             f"prompt template {source} ({task.name}, {mode}) {' and '.join(problems)}; "
             f"a {mode} template of {task.name} may use {', '.join('{' + n + '}' for n in known)} "
-            f"and must use {', '.join('{' + n + '}' for n in [*task.required_template_fields, *MODE_REQUIRED[mode]])} "
+            f"and must use {', '.join('{' + n + '}' for n in [*task.required_template_fields, *_MODE_REQUIRED[mode]])} "
             "(write {{ and }} for literal braces)"
         )
 
@@ -93,17 +93,17 @@ def read_templates(task: Task, prompts: Mapping[str, Any] | None, base: Path | N
         where = f"task_settings.{task.name}.prompts.{mode}"
         file = Path(base or ".") / Path(str(path)).expanduser()
         try:
-            if file.is_file() and file.stat().st_size > MAX_TEMPLATE_BYTES:  # it is copied into every row
+            if file.is_file() and file.stat().st_size > _MAX_TEMPLATE_BYTES:  # it is copied into every row
                 raise TemplateError(
                     f"{where}: {path} has {file.stat().st_size} bytes; a prompt template may "
-                    f"have {MAX_TEMPLATE_BYTES} (it is copied into every row)"
+                    f"have {_MAX_TEMPLATE_BYTES} (it is copied into every row)"
                 )
             text = file.read_text(encoding="utf-8")
         except OSError as err:
             raise TemplateError(f"{where}: cannot read {path} ({err.strerror})") from None
         except UnicodeDecodeError as err:
             raise TemplateError(f"{where}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-        lone = PLACEHOLDER.sub(lambda match: " " * len(match.group(0)), text)
+        lone = _PLACEHOLDER.sub(lambda match: " " * len(match.group(0)), text)
         for brace in ("{", "}"):
             if brace in lone:
                 raise TemplateError(
@@ -124,18 +124,18 @@ def template_problems(task: Task, settings: Mapping[str, Any], base: Path | None
         return [str(err)]
 
 
-def weight_lines(task: Task, weights: Sequence[float]) -> str:
+def _weight_lines(task: Task, weights: Sequence[float]) -> str:
     return "\n".join(f"- {description}: {w:.2f}" for (_, description), w in zip(task.objectives, weights))
 
 
-def mode_values(task: Task, mode: str, fields: Mapping[str, str], m: int, weights: Sequence[float] | None) -> dict:
+def _mode_values(task: Task, mode: str, fields: Mapping[str, str], m: int, weights: Sequence[float] | None) -> dict:
     values = dict(fields)
     if mode == "single":
         values["format"] = task.single_format_line
     elif mode == "multi":
         values.update(m=m, multi_format=task.multi_format(m))
     else:
-        values.update(format=task.single_format_line, weights=weight_lines(task, [] if weights is None else weights))
+        values.update(format=task.single_format_line, weights=_weight_lines(task, [] if weights is None else weights))
     return values
 
 
@@ -155,7 +155,7 @@ def apply_templates(task: Task, rows: list[dict[str, Any]], templates: Mapping[s
             fields = json.loads(extra["prompt_fields"])
             messages = [dict(msg) for msg in row["prompt"]]
             messages[last_user_turn(messages)]["content"] = render(
-                templates["single"], mode_values(task, "single", fields, 1, None)
+                templates["single"], _mode_values(task, "single", fields, 1, None)
             )
             row["prompt"] = messages
         extra["prompt_templates"] = carried
@@ -169,4 +169,4 @@ def templated_content(
     template = json.loads(extra.get("prompt_templates") or "{}").get(mode)
     if template is None:
         return None
-    return render(template, mode_values(task, mode, json.loads(extra["prompt_fields"]), m, weights))
+    return render(template, _mode_values(task, mode, json.loads(extra["prompt_fields"]), m, weights))

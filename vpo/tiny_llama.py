@@ -54,7 +54,7 @@ class TinyModelSettings:
     min_token_count: int = 1  # words seen fewer times in the corpus map to <unk>
 
 
-def computes_exactly(config: dict) -> bool:
+def _computes_exactly(config: dict) -> bool:
     """True for a Llama config (config.json as a dict) whose network this module and the plain-torch
     sampler compute as transformers does: a float32 `LlamaForCausalLM` with `standard_block`."""
     return (
@@ -87,7 +87,7 @@ def is_tiny_llama_dir(path: str | Path) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     return (
-        computes_exactly(config)
+        _computes_exactly(config)
         and template == CHAT_TEMPLATE
         and (path / "tokenizer.json").is_file()
         and (path / "model.safetensors").is_file()
@@ -267,7 +267,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(size))
 
 
-class Attention(nn.Module):
+class _Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.head_dim, bias=False)
@@ -284,10 +284,10 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
 
 
-class Layer(nn.Module):
+class _Layer(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.self_attn = Attention(c)
+        self.self_attn = _Attention(c)
         self.mlp = MLP(c)
         self.input_layernorm = RMSNorm(c.hidden_size)
         self.post_attention_layernorm = RMSNorm(c.hidden_size)
@@ -297,7 +297,7 @@ class Body(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id)
-        self.layers = nn.ModuleList(Layer(c) for _ in range(c.num_hidden_layers))
+        self.layers = nn.ModuleList(_Layer(c) for _ in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size)
 
 

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def write_train_json(
+def _write_train_json(
     out_dir, cfg: dict, *, backend: str, task: str, method: str, seed: int, steps: int, started: float, **extra
 ) -> Path:
     """The cell's completion marker, written last and atomically by both backends: the keys below
@@ -76,7 +76,7 @@ def write_train_json(
     return write_json_atomic(Path(out_dir) / "train.json", payload)
 
 
-def check_inputs(args, backend: str) -> None:
+def _check_inputs(args, backend: str) -> None:
     """Fail in seconds, before any model loads, on missing data / base model or unknown names."""
     if not (Path(args.data) / "train.parquet").is_file():
         # the workflow writes it with the preset's data settings (`vpo preprocess` alone writes the defaults)
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     if missing := backend_missing(backend):  # before the cell is touched
         raise SystemExit(f"vpo train: {missing}")
-    check_inputs(args, backend)
+    _check_inputs(args, backend)
 
     log = args.log
     try:
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                     # first, so a kill leaves no marker beside another run's metrics, and merge and
                     # aggregate see the cell as unfinished until this run writes its own
                     (Path(args.out) / "train.json").unlink(missing_ok=True)
-                status = train_cell(args, cfg, backend)
+                status = _train_cell(args, cfg, backend)
                 failed = status != 0
                 return status
             finally:
@@ -144,7 +144,7 @@ BACKENDS = {
 }
 
 
-def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
+def _train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     """Train the cell of `args` with `backend`, holding its lock (vpo/cell_lock.py); train.json written
     when it trained. Returns the exit status."""
     module, function = BACKENDS[backend]
@@ -162,7 +162,7 @@ def train_cell(args: argparse.Namespace, cfg: dict, backend: str) -> int:
     )
     result = train(spec)
     if result.trained:
-        path = write_train_json(
+        path = _write_train_json(
             args.out,
             cfg,
             backend=backend,

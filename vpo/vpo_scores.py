@@ -35,17 +35,13 @@ def vpo_scores(
     if len(sub_scores) != len(group_ids):
         raise ValueError(f"sub_scores has {len(sub_scores)} entries but group_ids has {len(group_ids)}")
     mats = [as_matrix(s) for s in sub_scores]
-    # pragma: no mutate start (dtype and count say what numpy infers from these ints: equivalent mutants)
     rows = np.fromiter((m.shape[0] for m in mats), dtype=np.int64, count=len(mats))
     cols = np.fromiter((m.shape[1] for m in mats), dtype=np.int64, count=len(mats))
-    # pragma: no mutate end
     codes, n_groups = group_codes(group_ids)
     has = rows > 0
 
-    # pragma: no mutate start (dtypes are numpy's own for these ints; any negative start marks "no rows")
     k_hi = np.full(n_groups, -1, dtype=np.int64)
     k_lo = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
-    # pragma: no mutate end
     np.maximum.at(k_hi, codes[has], cols[has])
     np.minimum.at(k_lo, codes[has], cols[has])
     bad = np.flatnonzero((k_hi >= 0) & (k_hi != k_lo))
@@ -65,9 +61,7 @@ def vpo_scores(
             missing = [ids[g] for g in sel if ids[g] not in weights]
             if missing:
                 raise ValueError(f"weights has no entry for groups {missing[:5]}; give one (W, k) array per group id")
-            # pragma: no mutate start (the matmul with the float64 scores casts them anyway)
             w_stack = np.stack([np.asarray(weights[ids[g]], dtype=np.float64) for g in sel])
-            # pragma: no mutate end
             if w_stack.ndim != 3 or w_stack.shape[2] != k:
                 raise ValueError(
                     f"weights of groups with k = {k} must be (W, {k}) arrays of one W, got {w_stack.shape[1:]}"
@@ -88,7 +82,7 @@ def vpo_scores(
         # Gather each rollout's rows into a (G_k, n_max, m_max) grid of row indices. Missing rows repeat
         # the rollout's first row and missing rollouts the group's first row: a repeated row never
         # changes a max, so no masking of the scored array is needed.
-        group_first = np.full(len(gsel), len(stacked), dtype=np.int64)  # pragma: no mutate (numpy's dtype for an int)
+        group_first = np.full(len(gsel), len(stacked), dtype=np.int64)
         np.minimum.at(group_first, lg[full], start[full])
         src = np.broadcast_to(group_first[:, None, None], (len(gsel), n_max, m_max)).copy()
         src[lg[full], slot[full]] = start[full, None] + np.minimum(np.arange(m_max), m_r[full, None] - 1)
@@ -107,7 +101,7 @@ def vpo_raw_scores(
     *,
     n_weights: int = 100,
     alpha: float = 1.0,
-    sampler: str = "naive",  # pragma: no mutate (sampler names are read case-blind: "NAIVE" is the same)
+    sampler: str = "naive",
     rng: np.random.Generator | int | None = None,
     weights: Mapping[Any, np.ndarray] | None = None,
 ) -> np.ndarray:

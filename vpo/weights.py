@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-SAMPLERS: dict[str, str] = {"naive": "naive", "sobol": "sobol", "sobol_qmc": "sobol", "qmc": "sobol"}
+_SAMPLERS: dict[str, str] = {"naive": "naive", "sobol": "sobol", "sobol_qmc": "sobol", "qmc": "sobol"}
 
 # Sobol points are integers scaled by 2**-_SOBOL_BITS (scipy's default resolution).
 _SOBOL_BITS = 30
@@ -41,9 +41,9 @@ _SMALL_ALPHA = 0.1
 def canonical_sampler(sampler: str) -> str:
     """Map a sampler name or alias to "naive" or "sobol"; unknown names raise ValueError."""
     try:
-        return SAMPLERS[str(sampler).lower()]
+        return _SAMPLERS[str(sampler).lower()]
     except KeyError:
-        raise ValueError(f"unknown weight sampler {sampler!r}; use one of {sorted(SAMPLERS)}") from None
+        raise ValueError(f"unknown weight sampler {sampler!r}; use one of {sorted(_SAMPLERS)}") from None
 
 
 def _check(k: int, n_sets: int, n: int, alpha: float) -> None:
@@ -58,7 +58,7 @@ def _check(k: int, n_sets: int, n: int, alpha: float) -> None:
 
 
 def _naive(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
-    if alpha < _SMALL_ALPHA:  # pragma: no mutate (both methods draw Dirichlet(alpha); the switch point is numerical)
+    if alpha < _SMALL_ALPHA:
         return rng.dirichlet(np.full(k, alpha), size=(n_sets, n))
     gam = rng.standard_gamma(alpha, (n_sets, n, k))  # numpy draws an exponential when alpha == 1
     gam /= gam.sum(axis=-1, keepdims=True)
@@ -93,7 +93,7 @@ def _sobol(k: int, n_sets: int, n: int, alpha: float, rng: np.random.Generator) 
     from scipy.special import gammaincinv
 
     # u is 0 or 1 only by rounding (probability below 2**-50), where the inverse CDF would be 0 or inf
-    u = np.clip(_sobol_uniforms(k, n_sets, n, rng), 1e-12, 1.0 - 1e-12)  # pragma: no mutate (see above)
+    u = np.clip(_sobol_uniforms(k, n_sets, n, rng), 1e-12, 1.0 - 1e-12)
     gam = gammaincinv(alpha, u)
     total = gam.sum(axis=-1, keepdims=True)
     # For tiny alpha every coordinate can round to 0; such rows become the corner of their largest u.

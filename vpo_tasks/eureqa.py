@@ -29,7 +29,7 @@ from vpo.task import as_random, settings_from
 from vpo_tasks.hub import DataUnavailable, load_hub_dataset
 from vpo_tasks.response_slots import ResponseSlotTask, first_block_nocase
 
-LETTERS = ("A", "B", "C", "D", "E")
+_LETTERS = ("A", "B", "C", "D", "E")
 MODES = ("mixed_split", "normal_to_hard")
 ARTICLES = re.compile(r"\b(a|an|the)\b")
 PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -62,13 +62,13 @@ def normalize_entity(text: str) -> str:
 
 def parse_entities(text: str) -> list[str]:
     """The stripped contents of the first <entity_A> ... <entity_E> blocks ("" where missing)."""
-    return [(first_block_nocase(text, f"entity_{letter}") or "").strip() for letter in LETTERS]
+    return [(first_block_nocase(text, f"entity_{letter}") or "").strip() for letter in _LETTERS]
 
 
 def score_answer(text: str, truth: dict[str, Any]) -> list[float]:
     predicted = parse_entities(text)
     if not any(predicted):
-        return [0.0] * len(LETTERS)
+        return [0.0] * len(_LETTERS)
     gold = list(truth["chain_entities"])
     return [float(bool(p) and bool(g) and normalize_entity(p) == normalize_entity(g)) for p, g in zip(predicted, gold)]
 
@@ -91,7 +91,7 @@ def _local_split(directory: Path, split: str) -> list[dict[str, Any]]:
     return frame.to_dict("records")
 
 
-def load_splits(settings: EureqaSettings, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+def _load_splits(settings: EureqaSettings, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     if settings.path:
         return {name: _local_split(Path(settings.path).expanduser(), name) for name in names}
     loaded = load_hub_dataset("eureqa", settings.dataset)
@@ -101,10 +101,10 @@ def load_splits(settings: EureqaSettings, names: Sequence[str]) -> dict[str, lis
 def split_records(settings: EureqaSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, test) records for the settings' mode."""
     if settings.mode == "normal_to_hard":
-        raw = load_splits(settings, [settings.train_split, settings.test_split])
+        raw = _load_splits(settings, [settings.train_split, settings.test_split])
         train, test = raw[settings.train_split], raw[settings.test_split]
     else:
-        raw = load_splits(settings, ["questions_normal_5", "questions_hard_5"])
+        raw = _load_splits(settings, ["questions_normal_5", "questions_hard_5"])
         hard = raw["questions_hard_5"]
         shuffled = [hard[i] for i in np.random.default_rng(settings.mixed_split_seed).permutation(len(hard))]
         half = len(hard) // 2
@@ -114,7 +114,7 @@ def split_records(settings: EureqaSettings) -> tuple[list[dict[str, Any]], list[
 
 FORMAT_BLOCK = (
     "Write each resolved canonical name, and nothing else, in its tag:\n"
-    + "\n".join(f"<entity_{x}>...</entity_{x}>" for x in LETTERS)
+    + "\n".join(f"<entity_{x}>...</entity_{x}>" for x in _LETTERS)
     + "\nThe answer to the question is what you put in <entity_A>."
 )
 
@@ -125,7 +125,7 @@ def prompt_fields(record: dict[str, Any]) -> dict[str, str]:
     masks = list(record["entity_masks"])[:5]
     return {
         "narrative": "\n".join(record["question"]),
-        "masks": "\n".join(f"- {x}: {mask}" for x, mask in zip(LETTERS, masks)),
+        "masks": "\n".join(f"- {x}: {mask}" for x, mask in zip(_LETTERS, masks)),
     }
 
 
@@ -147,8 +147,9 @@ class EureqaTask(ResponseSlotTask):
     name = "eureqa"
     label = "EUREQA"
     data_source = "eureqa"
+    ability = "reasoning"
     objectives = tuple(
-        (f"entity_{x}", f"Resolving masked entity {x}" + (" (the answer)" if x == "A" else "")) for x in LETTERS
+        (f"entity_{x}", f"Resolving masked entity {x}" + (" (the answer)" if x == "A" else "")) for x in _LETTERS
     )
     scalar_weights = (0.2, 0.2, 0.2, 0.2, 0.2)
     default_m = 3
@@ -166,29 +167,18 @@ class EureqaTask(ResponseSlotTask):
                     f"eureqa: record idx={record.get('idx')} has {len(masks)} masks and {len(entities)} "
                     "entities; only 5-hop splits (6 of each) are supported"
                 )
+            truth = {"answer": entities[0], "chain_entities": entities[:5], "entity_masks": masks[:5], "num_hops": 5}
             out.append(
-                {
-                    "data_source": self.data_source,
-                    "prompt": [{"role": "user", "content": build_prompt(record)}],
-                    "ability": "reasoning",
-                    "reward_model": {
-                        "style": "rule",
-                        "ground_truth": {
-                            "answer": entities[0],
-                            "chain_entities": entities[:5],
-                            "entity_masks": masks[:5],
-                            "num_hops": 5,
-                        },
-                    },
-                    "extra_info": {
-                        "split": split,
-                        "index": i,
-                        "task_id": f"eureqa-{record['idx']}",
-                        "eureqa_idx": int(record["idx"]),
-                        "num_hops": 5,
-                        "prompt_fields": json.dumps(prompt_fields(record)),
-                    },
-                }
+                self.row(
+                    build_prompt(record),
+                    truth,
+                    split=split,
+                    index=i,
+                    task_id=f"eureqa-{record['idx']}",
+                    eureqa_idx=int(record["idx"]),
+                    num_hops=5,
+                    prompt_fields=json.dumps(prompt_fields(record)),
+                )
             )
         return out
 
@@ -229,7 +219,7 @@ class EureqaTask(ResponseSlotTask):
 
         def one() -> str:
             names = [g if rng.random() < 0.6 else (rng.choice(gold) if rng.random() < 0.7 else "") for g in gold]
-            return "\n".join(f"<entity_{x}>{name}</entity_{x}>" for x, name in zip(LETTERS, names))
+            return "\n".join(f"<entity_{x}>{name}</entity_{x}>" for x, name in zip(_LETTERS, names))
 
         if n_answers <= 1:
             return one()

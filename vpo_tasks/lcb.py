@@ -44,7 +44,7 @@ from vpo_tasks.lcb_grading import (
     split_solutions,
 )
 
-MAX_TESTS = 16  # reward channels; max_tests may not exceed it
+_MAX_TESTS = 16  # reward channels; max_tests may not exceed it
 FORMAT_LINE = "Write your solution in one ```python code block."
 
 
@@ -67,8 +67,8 @@ class LcbSettings:
             raise ValueError(f"lcb: source {s.source!r} is not one of {', '.join(SOURCES)}")
         s.deepcoder = DeepCoderSource.from_dict(s.deepcoder)
         s.livecodebench = LiveCodeBenchSource.from_dict(s.livecodebench)
-        if not 1 <= s.max_tests <= MAX_TESTS:
-            raise ValueError(f"lcb: max_tests must be between 1 and {MAX_TESTS}, got {s.max_tests}")
+        if not 1 <= s.max_tests <= _MAX_TESTS:
+            raise ValueError(f"lcb: max_tests must be between 1 and {_MAX_TESTS}, got {s.max_tests}")
         if s.compare not in COMPARE_RULES:
             raise ValueError(f"lcb: compare {s.compare!r} is not one of {', '.join(COMPARE_RULES)}")
         if s.max_test_chars < 1:
@@ -81,7 +81,7 @@ class LcbSettings:
 
 
 # ---- tests -----------------------------------------------------------------------------------
-def smallest_tests(tests: list[dict[str, str]], max_tests: int, max_chars: int) -> list[dict[str, str]]:
+def _smallest_tests(tests: list[dict[str, str]], max_tests: int, max_chars: int) -> list[dict[str, str]]:
     """Tests with input + output of at most max_chars, the max_tests smallest, ties in file order."""
     kept = [t for t in tests if len(t["input"]) + len(t["output"]) <= max_chars]
     return sorted(kept, key=lambda t: len(t["input"]) + len(t["output"]))[:max_tests]
@@ -94,9 +94,9 @@ class Problem:
     tests: list[dict[str, str]]  # the kept tests, smallest first
 
 
-def problem_of(raw: RawProblem, s: LcbSettings) -> Problem:
+def _problem_of(raw: RawProblem, s: LcbSettings) -> Problem:
     """The kept tests of one problem, or DroppedRecord."""
-    kept = smallest_tests(raw.tests, s.max_tests, s.max_test_chars)
+    kept = _smallest_tests(raw.tests, s.max_tests, s.max_test_chars)
     if not kept:
         raise DroppedRecord("no test left")
     if raw.testtype == "functional" and not raw.fn_name:
@@ -104,7 +104,7 @@ def problem_of(raw: RawProblem, s: LcbSettings) -> Problem:
     return Problem(raw, kept)
 
 
-def record_name(record: Any) -> Any:
+def _record_name(record: Any) -> Any:
     """What names a raw record in the log: its question id (livecodebench) or row id (deepcoder)."""
     return record.get("question_id") or record.get("_id") if isinstance(record, dict) else None
 
@@ -137,8 +137,9 @@ class LcbTask(Task):
     name = "lcb"
     label = "LiveCodeBench"
     data_source = "lcb"
-    objectives = tuple((f"tc_{i}", f"Passing test case {i + 1}") for i in range(MAX_TESTS))
-    scalar_weights = (1 / MAX_TESTS,) * MAX_TESTS  # on padded rows; `scalar` below uses the problem's own tests
+    ability = "code"
+    objectives = tuple((f"tc_{i}", f"Passing test case {i + 1}") for i in range(_MAX_TESTS))
+    scalar_weights = (1 / _MAX_TESTS,) * _MAX_TESTS  # on padded rows; `scalar` below uses the problem's own tests
     variable_k = True
     program_language = "python"
     default_m = 3
@@ -165,22 +166,18 @@ class LcbTask(Task):
                 "compare": s.compare,
             }
             out.append(
-                {
-                    "data_source": self.data_source,
-                    "prompt": [{"role": "user", "content": build_prompt(raw)}],
-                    "ability": "code",
-                    "reward_model": {"style": "rule", "ground_truth": truth},
-                    "extra_info": {
-                        "split": split,
-                        "index": i,
-                        "task_id": raw.task_id,
-                        **raw.info,
-                        "num_test_cases": len(p.tests),
-                        "num_test_cases_original": len(raw.tests),
-                        "testtype": raw.testtype,
-                        "prompt_fields": json.dumps(prompt_fields(raw)),
-                    },
-                }
+                self.row(
+                    build_prompt(raw),
+                    truth,
+                    split=split,
+                    index=i,
+                    task_id=raw.task_id,
+                    **raw.info,
+                    num_test_cases=len(p.tests),
+                    num_test_cases_original=len(raw.tests),
+                    testtype=raw.testtype,
+                    prompt_fields=json.dumps(prompt_fields(raw)),
+                )
             )
         return out
 
@@ -191,18 +188,18 @@ class LcbTask(Task):
         dropped: dict[str, int] = {}
         for split, record, reader in records:
             try:
-                splits[split].append(problem_of(checked_fields(reader(record)), s))
+                splits[split].append(_problem_of(checked_fields(reader(record)), s))
             except DroppedRecord as err:
                 dropped[err.reason] = dropped.get(err.reason, 0) + 1
                 if err.detail:
-                    print(f"lcb: dropped {record_name(record)!r}: {err.detail}", file=sys.stderr)
+                    print(f"lcb: dropped {_record_name(record)!r}: {err.detail}", file=sys.stderr)
             except (RecursionError, TypeError, KeyError, ValueError, AttributeError) as err:
                 # one malformed record (a missing field, 100k-deep JSON, a number where text belongs) is
                 # dropped and named; it once stopped the whole preprocess naming nothing
                 dropped["malformed"] = dropped.get("malformed", 0) + 1
                 detail = " ".join(str(err).split())[:200]
                 print(
-                    f"lcb: dropped {record_name(record)!r}: malformed record ({type(err).__name__}: {detail})",
+                    f"lcb: dropped {_record_name(record)!r}: malformed record ({type(err).__name__}: {detail})",
                     file=sys.stderr,
                 )
         if s.train_size is not None:  # fewer than asked: `vpo preprocess` refuses the split (split_problem)

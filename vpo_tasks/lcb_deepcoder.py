@@ -75,7 +75,7 @@ def deepcoder_tests(raw: Any) -> tuple[str, str | None, list[dict[str, str]]]:
     raise DroppedRecord("unreadable tests", f"unknown test type {kind!r}")
 
 
-def deepcoder_problem(record: dict[str, Any]) -> RawProblem:
+def _deepcoder_problem(record: dict[str, Any]) -> RawProblem:
     testtype, fn, tests = deepcoder_tests(record.get("tests"))
     starter = starter_code(record)
     if testtype == "functional" and not fn:
@@ -86,7 +86,7 @@ def deepcoder_problem(record: dict[str, Any]) -> RawProblem:
     return RawProblem(record["_id"], str(record["problem"]), starter, tests, testtype, fn, info)
 
 
-def load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[str, Any]]:
+def _load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[str, Any]]:
     """One config's split, each row tagged with `_config` and `_id` (<config>-<split>-<row>)."""
     if src.path:
         folder = Path(src.path).expanduser() / config
@@ -132,7 +132,7 @@ def load_deepcoder(src: DeepCoderSource, config: str, split: str) -> list[dict[s
 def deepcoder_records(src: DeepCoderSource) -> Iterator[tuple[str, dict[str, Any], Any]]:
     """(split, record, reader): the training configs in the order given, then the test config."""
     for config in src.train:
-        for record in load_deepcoder(src, config, "train"):
-            yield "train", record, deepcoder_problem
-    for record in load_deepcoder(src, src.test, "test"):
-        yield "test", record, deepcoder_problem
+        for record in _load_deepcoder(src, config, "train"):
+            yield "train", record, _deepcoder_problem
+    for record in _load_deepcoder(src, src.test, "test"):
+        yield "test", record, _deepcoder_problem

@@ -26,10 +26,10 @@ from typing import Any, Sequence
 from vpo.sandbox import Program, default_workers, run_programs
 
 COMPARE_RULES = ("official", "exact")
-PYTHON_BLOCK = re.compile(r"```python(.*?)```", re.DOTALL)
-SEPARATOR_LINE = re.compile(r"^[ \t]*---[ \t]*\r?$", re.MULTILINE)
+_PYTHON_BLOCK = re.compile(r"```python(.*?)```", re.DOTALL)
+_SEPARATOR_LINE = re.compile(r"^[ \t]*---[ \t]*\r?$", re.MULTILINE)
 # The official harness's import block for call-based problems (typing names, the usual modules).
-PRELUDE = """from typing import *
+_PRELUDE = """from typing import *
 import bisect, collections, copy, functools, heapq, itertools, math, operator, random, re, string, sys
 from bisect import *
 from collections import *
@@ -46,7 +46,7 @@ def extract_code(text: str) -> str:
     """The program of one answer: the first complete ```python block; else an unterminated one to
     the end; else the first pair of ``` fences (info string dropped); else the whole text. Stripped."""
     text = str(text)
-    match = PYTHON_BLOCK.search(text)
+    match = _PYTHON_BLOCK.search(text)
     if match:
         return match.group(1).strip()
     start = text.find("```python")
@@ -72,10 +72,10 @@ def split_solutions(text: str, m: int) -> list[str]:
     blocks are the solutions; else the stripped non-empty parts around `---` lines, or the lone
     python block when that leaves at most one part."""
     text = str(text)
-    blocks = [match.group(0) for match in PYTHON_BLOCK.finditer(text)]
+    blocks = [match.group(0) for match in _PYTHON_BLOCK.finditer(text)]
     if len(blocks) >= 2:
         return blocks[:m]
-    parts = [part.strip() for part in SEPARATOR_LINE.split(text)]
+    parts = [part.strip() for part in _SEPARATOR_LINE.split(text)]
     parts = [part for part in parts if part]
     if len(parts) <= 1 and len(blocks) == 1:
         return blocks
@@ -134,7 +134,7 @@ def eval_program(candidate: str) -> str:
 # Parsing runs in the scoring process with no time limit (a 10 MB program took 12.7 s): a longer
 # program is not parsed. Responses are token-limited far below this (8192 tokens ~ 40 kB).
 MAX_PROGRAM_CHARS = 200_000
-SOURCE_NAME = "main.py"  # what compile errors name the program
+_SOURCE_NAME = "main.py"  # what compile errors name the program
 
 
 def fingerprint(code: str) -> str:
@@ -153,7 +153,7 @@ def compiles(code: str) -> bool:
     if len(code) > MAX_PROGRAM_CHARS:
         return False
     try:
-        compile(code, SOURCE_NAME, "exec")
+        compile(code, _SOURCE_NAME, "exec")
         return True
     except Exception:
         return False
@@ -201,7 +201,7 @@ _args = [_json.loads(_line) for _line in {args_text!r}.split("\\n") if _line.str
 _out = _sys.stdout
 _sys.stdout = _io.StringIO()
 _ns = {{"__name__": "solution"}}
-exec(compile({PRELUDE + code!r}, "solution.py", "exec"), _ns)
+exec(compile({_PRELUDE + code!r}, "solution.py", "exec"), _ns)
 _cls = _ns.get("Solution")
 if isinstance(_cls, type) and hasattr(_cls, {fn_name!r}):
     _fn = getattr(_cls(), {fn_name!r})
@@ -268,8 +268,7 @@ def score_programs(codes: Sequence[str], truth: dict[str, Any], workers: int | N
         batch += programs
         where += [(i, t) for t in range(n)]
         markers += [marker] * n
-    # pragma below: how many programs run at once changes no result
-    results = run_programs(batch, workers=workers or default_workers())  # pragma: no mutate
+    results = run_programs(batch, workers=workers or default_workers())
     for (i, t), result, marker in zip(where, results, markers):
         rows[i][t] = passed(result, truth["outputs"][t], truth, marker)
     return rows

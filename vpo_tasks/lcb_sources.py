@@ -27,9 +27,9 @@ from vpo.task import settings_from
 from vpo_tasks.hub import DataUnavailable, load_hub_dataset
 
 SOURCES = ("deepcoder", "livecodebench")
-DEEPCODER_CONFIGS = ("primeintellect", "taco", "lcbv5", "codeforces")
-MAX_DECODED_BYTES = 256 << 20  # a private-test blob inflating past this is refused (zip bomb)
-PLAIN_TYPES = (str, bytes, list, dict, tuple, int, float, bool, type(None))
+_DEEPCODER_CONFIGS = ("primeintellect", "taco", "lcbv5", "codeforces")
+_MAX_DECODED_BYTES = 256 << 20  # a private-test blob inflating past this is refused (zip bomb)
+_PLAIN_TYPES = (str, bytes, list, dict, tuple, int, float, bool, type(None))
 
 
 @dataclass
@@ -70,9 +70,9 @@ class DeepCoderSource:
             raise ValueError(f"lcb.deepcoder: setting train is {s.train!r}; expected a config name or a list of them")
         s.train = list(s.train)
         for name in [*s.train, s.test]:
-            if name not in DEEPCODER_CONFIGS:
+            if name not in _DEEPCODER_CONFIGS:
                 raise ValueError(
-                    f"lcb.deepcoder: {name!r} is not one of the dataset's configs ({', '.join(DEEPCODER_CONFIGS)})"
+                    f"lcb.deepcoder: {name!r} is not one of the dataset's configs ({', '.join(_DEEPCODER_CONFIGS)})"
                 )
         if not s.train:
             raise ValueError("lcb.deepcoder: train names no config")
@@ -118,7 +118,7 @@ class UndecodableTests(ValueError):
     """A record's private tests are not plain data in either known encoding."""
 
 
-class PlainDataUnpickler(pickle.Unpickler):
+class _PlainDataUnpickler(pickle.Unpickler):
     """An unpickler that resolves no global at all, so only built-in plain data can come out."""
 
     def find_class(self, module: str, name: str):
@@ -129,7 +129,7 @@ class PlainDataUnpickler(pickle.Unpickler):
 
 
 def _check_plain(value: Any, depth: int = 0) -> None:
-    if depth > 20 or not isinstance(value, PLAIN_TYPES):
+    if depth > 20 or not isinstance(value, _PLAIN_TYPES):
         raise UndecodableTests(f"not plain data: {type(value).__name__}")
     if isinstance(value, dict):
         for key, item in value.items():
@@ -147,10 +147,10 @@ def decode_tests(text: str) -> list[dict[str, str]]:
     except (ValueError, TypeError):
         try:
             inflater = zlib.decompressobj()
-            raw = inflater.decompress(base64.b64decode(text, validate=True), MAX_DECODED_BYTES)
+            raw = inflater.decompress(base64.b64decode(text, validate=True), _MAX_DECODED_BYTES)
             if inflater.unconsumed_tail:
-                raise UndecodableTests(f"inflates past {MAX_DECODED_BYTES} bytes")
-            value = PlainDataUnpickler(io.BytesIO(raw)).load()
+                raise UndecodableTests(f"inflates past {_MAX_DECODED_BYTES} bytes")
+            value = _PlainDataUnpickler(io.BytesIO(raw)).load()
         except UndecodableTests:
             raise
         except Exception as err:  # binascii, zlib and pickle errors alike
@@ -168,7 +168,7 @@ def decode_tests(text: str) -> list[dict[str, str]]:
     return value
 
 
-def as_datetime(value: Any) -> datetime:
+def _as_datetime(value: Any) -> datetime:
     """contest_date as a datetime: ISO text (jsonl) or a datetime (the generic builder's timestamp)."""
     if isinstance(value, datetime):
         return value.replace(tzinfo=None)
@@ -232,7 +232,7 @@ def _undated(record: dict[str, Any]) -> RawProblem:
     raise DroppedRecord("bad contest_date", f"contest_date {str(record.get('contest_date'))[:40]!r} is not a date")
 
 
-def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
+def _livecodebench_problem(record: dict[str, Any]) -> RawProblem:
     try:
         tests = decode_tests(record["private_test_cases"])
     except UndecodableTests as err:
@@ -247,7 +247,7 @@ def livecodebench_problem(record: dict[str, Any]) -> RawProblem:
         testtype,
         func_name(record.get("metadata")),
         info,
-        as_datetime(record["contest_date"]),
+        _as_datetime(record["contest_date"]),
     )
 
 
@@ -261,11 +261,11 @@ def starter_code(record: dict[str, Any]) -> str:
 
 def livecodebench_records(src: LiveCodeBenchSource) -> Iterator[tuple[str, dict[str, Any], Any]]:
     """(split, record, reader) for every record inside a date window, train by contest date."""
-    bounds = [as_datetime(getattr(src, n)) for n in ("train_before", "test_from", "test_before")]
+    bounds = [_as_datetime(getattr(src, n)) for n in ("train_before", "test_from", "test_before")]
     chosen = []
     for record in load_livecodebench(src):
         try:
-            when = as_datetime(record["contest_date"])
+            when = _as_datetime(record["contest_date"])
         except (KeyError, TypeError, ValueError):
             yield "train", record, _undated  # counted among the drops, not a stop
             continue
@@ -274,4 +274,4 @@ def livecodebench_records(src: LiveCodeBenchSource) -> Iterator[tuple[str, dict[
             chosen.append((split, when, record))
     chosen.sort(key=lambda item: (item[0] != "train", item[1] if item[0] == "train" else datetime.min))
     for split, _, record in chosen:
-        yield split, record, livecodebench_problem
+        yield split, record, _livecodebench_problem

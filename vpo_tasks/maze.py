@@ -24,13 +24,13 @@ from vpo.atomic import write_parquet_atomic
 from vpo.task import DEGENERATE_STRATEGY, Task, as_random, settings_from
 from vpo_tasks.maze_generator import MIN_SIZE, SIZE, center, corners, generate_mazes
 
-MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
-SCORE_MODES = ("convex_bonus", "linear")
-BONUS_MULT = 1.5  # convex_bonus: squared fractions times this once a B tile was visited
+_MOVES: dict[str, tuple[int, int]] = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
+_SCORE_MODES = ("convex_bonus", "linear")
+_BONUS_MULT = 1.5  # convex_bonus: squared fractions times this once a B tile was visited
 
-MOVE_RE = re.compile(r"\b(UP|DOWN|LEFT|RIGHT)\b")
+_MOVE_RE = re.compile(r"\b(UP|DOWN|LEFT|RIGHT)\b")
 ANSWER_OPEN, ANSWER_CLOSE = re.compile("<answer>", re.IGNORECASE), re.compile("</answer>", re.IGNORECASE)
-DASH_SPLIT = re.compile(r"(?:---)+")  # runs of separators give no empty parts to skip one by one
+_DASH_SPLIT = re.compile(r"(?:---)+")  # runs of separators give no empty parts to skip one by one
 
 Cell = tuple[int, int]
 
@@ -48,8 +48,8 @@ class MazeSettings:
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "MazeSettings":
         settings = settings_from(cls, values, "maze")
-        if settings.score_mode not in SCORE_MODES:
-            raise ValueError(f"maze: score_mode {settings.score_mode!r} is not one of {SCORE_MODES}")
+        if settings.score_mode not in _SCORE_MODES:
+            raise ValueError(f"maze: score_mode {settings.score_mode!r} is not one of {_SCORE_MODES}")
         if not MIN_SIZE <= settings.size <= SIZE:
             raise ValueError(f"maze: size {settings.size} is outside {MIN_SIZE}..{SIZE}; set data.size to one of them")
         if settings.train_size < 1 or settings.test_size < 1:
@@ -71,7 +71,7 @@ def simulate(grid: list[list[str]], start: Cell, end: Cell, max_steps: int, move
     pos, path = start, [start]
     seen: dict[str, set[Cell]] = {"G": set(), "D": set(), "L": set(), "B": set()}
     for move in list(moves)[: max(0, max_steps)]:
-        dr, dc = MOVES[move]
+        dr, dc = _MOVES[move]
         r, c = pos[0] + dr, pos[1] + dc
         if 0 <= r < len(grid) and 0 <= c < len(grid[r]) and grid[r][c] != "#":
             pos = (r, c)
@@ -89,8 +89,8 @@ def score_moves(moves: Sequence[str], ground_truth: dict[str, Any]) -> list[floa
     if not moves:
         return [0.0] * 4
     mode = str(ground_truth.get("score_mode") or "convex_bonus")
-    if mode not in SCORE_MODES:
-        raise ValueError(f"maze: ground_truth score_mode {mode!r} is not one of {SCORE_MODES}")
+    if mode not in _SCORE_MODES:
+        raise ValueError(f"maze: ground_truth score_mode {mode!r} is not one of {_SCORE_MODES}")
     grid = parse_grid(ground_truth["grid_text"])
     start = tuple(int(x) for x in ground_truth["start"])
     end = tuple(int(x) for x in ground_truth["end"])
@@ -103,7 +103,7 @@ def score_moves(moves: Sequence[str], ground_truth: dict[str, Any]) -> list[floa
     safe = 1.0 - walk["L"] / total_lava if total_lava else 1.0
     if mode == "linear":
         return [1.0, gold, diam, safe]
-    mult = BONUS_MULT if walk["B"] else 1.0
+    mult = _BONUS_MULT if walk["B"] else 1.0
     return [1.0] + [min(1.0, mult * x * x) for x in (gold, diam, safe)]
 
 
@@ -131,7 +131,7 @@ def parse_moves(text: str) -> tuple[str, ...]:
     """Moves of one answer: the first <answer>...</answer> (any case, whatever lies between), else
     the whole text; every whole word UP/DOWN/LEFT/RIGHT after upper-casing."""
     found = _block(text, ANSWER_OPEN, ANSWER_CLOSE)
-    return tuple(MOVE_RE.findall((found[0] if found else text).upper()))
+    return tuple(_MOVE_RE.findall((found[0] if found else text).upper()))
 
 
 def route_slots(text: str, m: int) -> list[str]:
@@ -144,7 +144,7 @@ def route_slots(text: str, m: int) -> list[str]:
         slots.append(found[0] if found else None)
     if any(slot is not None for slot in slots):
         return [slot or "" for slot in slots]
-    dash_parts = [p.strip() for p in DASH_SPLIT.split(text) if p.strip()]  # stripped, empties dropped
+    dash_parts = [p.strip() for p in _DASH_SPLIT.split(text) if p.strip()]  # stripped, empties dropped
     for parts in (dash_parts, _all_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)):
         if len(parts) >= 2:
             return (parts + [""] * m)[:m]
@@ -200,6 +200,7 @@ class MazeTask(Task):
     name = "maze"
     label = "Maze"
     data_source = "maze"
+    ability = "spatial"
     objectives = (
         ("completion", "Reaching the exit (E)"),
         ("gold", "Collecting Gold (G) tiles"),
@@ -232,22 +233,15 @@ class MazeTask(Task):
             "both_corners_detour",
         )
         return [
-            {
-                "data_source": self.data_source,
-                "prompt": [{"role": "user", "content": build_prompt(maze)}],
-                "ability": "spatial",
-                "reward_model": {
-                    "style": "rule",
-                    "ground_truth": {**{k: maze[k] for k in gt_keys}, "score_mode": score_mode},
-                },
-                "extra_info": {
-                    "split": split,
-                    "index": i,
-                    "task_id": f"maze-{maze['seed']}",
-                    **{k: maze[k] for k in extra_keys},
-                    "prompt_fields": json.dumps(prompt_fields(maze)),
-                },
-            }
+            self.row(
+                build_prompt(maze),
+                {**{k: maze[k] for k in gt_keys}, "score_mode": score_mode},
+                split=split,
+                index=i,
+                task_id=f"maze-{maze['seed']}",
+                **{k: maze[k] for k in extra_keys},
+                prompt_fields=json.dumps(prompt_fields(maze)),
+            )
             for i, maze in enumerate(mazes)
         ]
 
@@ -326,12 +320,12 @@ def _path(grid: list[list[str]], a: Cell, b: Cell, rng: random.Random, blocked: 
     size = len(grid)
     parent: dict[Cell, tuple[Cell, str] | None] = {a: None}
     queue = deque([a])
-    names = list(MOVES)
+    names = list(_MOVES)
     while queue and b not in parent:
         cell = queue.popleft()
         rng.shuffle(names)
         for name in names:
-            nxt = (cell[0] + MOVES[name][0], cell[1] + MOVES[name][1])
+            nxt = (cell[0] + _MOVES[name][0], cell[1] + _MOVES[name][1])
             if 0 <= nxt[0] < size and 0 <= nxt[1] < size and nxt not in parent and grid[nxt[0]][nxt[1]] not in blocked:
                 parent[nxt] = (cell, name)
                 queue.append(nxt)
@@ -365,8 +359,8 @@ def _demo_route(grid: list[list[str]], start: Cell, end: Cell, budget: int, rng:
         full = _path(grid, start, rng.choice(side_corners + [end]), rng)
         route = full[: rng.randint(1, max(1, len(full)))]
     else:
-        route = [rng.choice(list(MOVES)) for _ in range(rng.randint(3, budget + 4))]
-    return route or [rng.choice(list(MOVES))]
+        route = [rng.choice(list(_MOVES)) for _ in range(rng.randint(3, budget + 4))]
+    return route or [rng.choice(list(_MOVES))]
 
 
 MAZE = MazeTask()  # found through the vpo.tasks entry point `maze` (pyproject.toml)

@@ -22,13 +22,13 @@ from typing import Any
 SIZE = 9  # the paper's side
 MIN_SIZE = 5  # smallest side with room for the corner zones, the centre and interior lava
 STEPS: tuple[tuple[int, int], ...] = ((-1, 0), (1, 0), (0, -1), (0, 1))  # up, down, left, right
-UNREACHABLE_LEG = 98  # length a leg without a path counts as (any detour with one is then > MAX_VIA)
-MAX_VIA = 90  # a corner or centre detour longer than this rejects the maze
-SLACK = 7  # budget = max(via gold, via diamond) + SLACK: room for one corner plus the centre
+_UNREACHABLE_LEG = 98  # length a leg without a path counts as (any detour with one is then > _MAX_VIA)
+_MAX_VIA = 90  # a corner or centre detour longer than this rejects the maze
+_SLACK = 7  # budget = max(via gold, via diamond) + _SLACK: room for one corner plus the centre
 ZONE_RADIUS = 2  # G and D lie within this Manhattan distance of their corner
 
 Cell = tuple[int, int]
-Grid = list[list[str]]
+_Grid = list[list[str]]
 
 
 def corners(size: int) -> tuple[Cell, ...]:
@@ -39,7 +39,7 @@ def center(size: int) -> Cell:
     return (size // 2, size // 2)
 
 
-def diagonals(size: int) -> tuple[tuple[Cell, Cell], ...]:
+def _diagonals(size: int) -> tuple[tuple[Cell, Cell], ...]:
     """The two (S, E) placements: S on the top row, E in the opposite corner."""
     return (((0, 0), (size - 1, size - 1)), ((0, size - 1), (size - 1, 0)))
 
@@ -50,11 +50,11 @@ def neighbours(cell: Cell, size: int) -> list[Cell]:
     return [(r + dr, c + dc) for dr, dc in STEPS if 0 <= r + dr < size and 0 <= c + dc < size]
 
 
-def _open_neighbours(grid: Grid, cell: Cell) -> int:
+def _open_neighbours(grid: _Grid, cell: Cell) -> int:
     return sum(grid[r][c] == "." for r, c in neighbours(cell, len(grid)))
 
 
-def bfs_distances(grid: Grid, source: Cell, blocked: str = "#") -> dict[Cell, int]:
+def _bfs_distances(grid: _Grid, source: Cell, blocked: str = "#") -> dict[Cell, int]:
     """Shortest step counts from source to every cell reachable without entering `blocked` tiles."""
     dist = {source: 0}
     queue = deque([source])
@@ -67,7 +67,7 @@ def bfs_distances(grid: Grid, source: Cell, blocked: str = "#") -> dict[Cell, in
     return dist
 
 
-def prim_cells(rng: random.Random, size: int) -> Grid:
+def _prim_cells(rng: random.Random, size: int) -> _Grid:
     """Randomised Prim's over single cells: a wall opens when exactly one of its neighbours is open."""
     grid = [["#"] * size for _ in range(size)]
     first = (rng.randrange(size), rng.randrange(size))
@@ -82,7 +82,7 @@ def prim_cells(rng: random.Random, size: int) -> Grid:
     return grid
 
 
-def open_cycles(grid: Grid, rng: random.Random, n: int) -> None:
+def _open_cycles(grid: _Grid, rng: random.Random, n: int) -> None:
     """Open n walls that touch two or more open cells (fewer if there are fewer), chosen at random."""
     size = len(grid)
     candidates = [
@@ -93,7 +93,7 @@ def open_cycles(grid: Grid, rng: random.Random, n: int) -> None:
         grid[r][c] = "."
 
 
-def _zone(grid: Grid, corner: Cell) -> list[Cell]:
+def _zone(grid: _Grid, corner: Cell) -> list[Cell]:
     """Empty cells within ZONE_RADIUS of a corner, row by row."""
     return [
         (r, c)
@@ -103,7 +103,7 @@ def _zone(grid: Grid, corner: Cell) -> list[Cell]:
     ]
 
 
-def extra_openings(size: int) -> tuple[int, int]:
+def _extra_openings(size: int) -> tuple[int, int]:
     """Bounds of the number of walls opened into cycles: 18..28 at 9x9, scaled by the cell count."""
     return round(18 * size * size / 81), round(28 * size * size / 81)
 
@@ -113,9 +113,9 @@ def generate_maze(seed: int, size: int = SIZE) -> dict[str, Any] | None:
     if not MIN_SIZE <= size <= SIZE:
         raise ValueError(f"maze: size {size} is outside {MIN_SIZE}..{SIZE}")
     rng = random.Random(seed)
-    grid = prim_cells(rng, size)
-    open_cycles(grid, rng, rng.randint(*extra_openings(size)))
-    start, end = rng.choice(diagonals(size))
+    grid = _prim_cells(rng, size)
+    _open_cycles(grid, rng, rng.randint(*_extra_openings(size)))
+    start, end = rng.choice(_diagonals(size))
     others = [corner for corner in corners(size) if corner not in (start, end)]
     rng.shuffle(others)
     gold_corner, diam_corner = others
@@ -123,19 +123,19 @@ def generate_maze(seed: int, size: int = SIZE) -> dict[str, Any] | None:
     for r, c in (start, end, gold_corner, diam_corner, middle):
         grid[r][c] = "."
 
-    dist = {p: bfs_distances(grid, p) for p in (start, gold_corner, diam_corner, middle)}
+    dist = {p: _bfs_distances(grid, p) for p in (start, gold_corner, diam_corner, middle)}
     if end not in dist[start]:
         return None
 
     def leg(a: Cell, b: Cell) -> int:
-        return dist[a].get(b, UNREACHABLE_LEG)
+        return dist[a].get(b, _UNREACHABLE_LEG)
 
     via_gold = leg(start, gold_corner) + leg(gold_corner, end)
     via_diam = leg(start, diam_corner) + leg(diam_corner, end)
     via_center = leg(start, middle) + leg(middle, end)
-    if max(via_gold, via_diam, via_center) > MAX_VIA:
+    if max(via_gold, via_diam, via_center) > _MAX_VIA:
         return None
-    max_steps = max(via_gold, via_diam) + SLACK
+    max_steps = max(via_gold, via_diam) + _SLACK
     both_corners_detour = leg(start, gold_corner) + leg(gold_corner, diam_corner) + leg(diam_corner, end)
     if both_corners_detour <= max_steps:  # the conflict: one route cannot collect both corners
         return None
@@ -154,7 +154,7 @@ def generate_maze(seed: int, size: int = SIZE) -> dict[str, Any] | None:
     for r, c in rng.sample(interior, n_lava):
         grid[r][c] = "L"
 
-    d_safe = bfs_distances(grid, start, blocked="#L").get(end)
+    d_safe = _bfs_distances(grid, start, blocked="#L").get(end)
     if d_safe is None or d_safe > max_steps:
         return None
     return {

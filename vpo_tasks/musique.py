@@ -28,9 +28,9 @@ from vpo.task import as_random, settings_from
 from vpo_tasks.hub import local_files, load_hub_dataset
 from vpo_tasks.response_slots import ResponseSlotTask, first_block
 
-MAX_HOPS = 4  # hop channels; also the citation cap (first 4 distinct indices)
+_MAX_HOPS = 4  # hop channels; also the citation cap (first 4 distinct indices)
 FILES = {"train": "musique_ans_v1.0_train.jsonl", "validation": "musique_ans_v1.0_dev.jsonl"}
-HOP_COUNTS = (2, 3, 4)
+_HOP_COUNTS = (2, 3, 4)
 ARTICLES = re.compile(r"\b(a|an|the)\b")
 PUNCTUATION = str.maketrans("", "", string.punctuation)
 
@@ -49,7 +49,9 @@ class MusiqueSettings:
         settings = settings_from(cls, values, "musique")
         if settings.eval_split not in ("hop_stratified", "first"):
             raise ValueError(f"musique: eval_split {settings.eval_split!r} is not one of hop_stratified, first")
-        if settings.eval_size < 0 or (settings.eval_split == "hop_stratified" and settings.eval_size % len(HOP_COUNTS)):
+        if settings.eval_size < 0 or (
+            settings.eval_split == "hop_stratified" and settings.eval_size % len(_HOP_COUNTS)
+        ):
             raise ValueError(
                 f"musique: eval_size {settings.eval_size} must be a non-negative multiple of 3 "
                 "for the hop-stratified split"
@@ -97,15 +99,15 @@ def score_answer(text: str, truth: dict[str, Any]) -> list[float]:
     """[hop_1..hop_4, answer_f1] of one answer text."""
     answer = (first_block(text, "<answer>", "</answer>") or "").strip()
     if not answer:
-        return [0.0] * (MAX_HOPS + 1)
+        return [0.0] * (_MAX_HOPS + 1)
     capped: list[int] = []
     for index in cited_indices(text):
         if index not in capped:
             capped.append(index)
-            if len(capped) == MAX_HOPS:
+            if len(capped) == _MAX_HOPS:
                 break
     gold = [int(i) for i in truth["supporting_indices_ordered"]]
-    hops = [float(gold[i] in capped) if i < len(gold) else 1.0 for i in range(MAX_HOPS)]
+    hops = [float(gold[i] in capped) if i < len(gold) else 1.0 for i in range(_MAX_HOPS)]
     aliases = truth.get("answer_aliases")  # a list, or an array after a parquet round trip
     golds = [truth["answer"], *(list(aliases) if aliases is not None else [])]
     return hops + [best_token_f1(answer, golds)]
@@ -117,7 +119,7 @@ def read_jsonl(path: os.PathLike | str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def load_raw(settings: MusiqueSettings) -> dict[str, list[dict[str, Any]]]:
+def _load_raw(settings: MusiqueSettings) -> dict[str, list[dict[str, Any]]]:
     """{"train": records, "validation": records} in the upstream schema."""
     if settings.path:
         return {split: read_jsonl(p) for split, p in local_files("musique", settings.path, FILES).items()}
@@ -130,9 +132,9 @@ def hop_stratified(records: list[dict[str, Any]], size: int, seed: int) -> list[
     it: each hop bucket, in file order, permuted by `np.random.default_rng(seed).permutation` (what
     `Dataset.shuffle(seed=seed)` draws), its first size / 3 kept (all, when fewer), the buckets of 2, 3
     and 4 hops concatenated, and the concatenation permuted again with the same seed."""
-    per_hop = size // len(HOP_COUNTS)
+    per_hop = size // len(_HOP_COUNTS)
     chosen: list[dict[str, Any]] = []
-    for hops in HOP_COUNTS:
+    for hops in _HOP_COUNTS:
         bucket = [r for r in records if len(r["question_decomposition"]) == hops]
         chosen += [bucket[i] for i in np.random.default_rng(seed).permutation(len(bucket))[:per_hop]]
     return [chosen[i] for i in np.random.default_rng(seed).permutation(len(chosen))]
@@ -164,6 +166,7 @@ class MusiqueTask(ResponseSlotTask):
     name = "musique"
     label = "MuSiQue"
     data_source = "musique"
+    ability = "reasoning"
     objectives = (
         ("hop_1", "Finding evidence for reasoning step 1"),
         ("hop_2", "Finding evidence for reasoning step 2"),
@@ -194,26 +197,22 @@ class MusiqueTask(ResponseSlotTask):
                 "num_hops": len(steps),
             }
             out.append(
-                {
-                    "data_source": self.data_source,
-                    "prompt": [{"role": "user", "content": build_prompt(record)}],
-                    "ability": "reasoning",
-                    "reward_model": {"style": "rule", "ground_truth": truth},
-                    "extra_info": {
-                        "split": split,
-                        "index": i,
-                        "task_id": f"musique-{record['id']}",
-                        "musique_id": record["id"],
-                        "num_hops": len(steps),
-                        "prompt_fields": json.dumps(prompt_fields(record)),
-                    },
-                }
+                self.row(
+                    build_prompt(record),
+                    truth,
+                    split=split,
+                    index=i,
+                    task_id=f"musique-{record['id']}",
+                    musique_id=record["id"],
+                    num_hops=len(steps),
+                    prompt_fields=json.dumps(prompt_fields(record)),
+                )
             )
         return out
 
     def preprocess(self, out_dir: str, settings: dict[str, Any] | None = None) -> tuple[str, str]:
         s = MusiqueSettings.from_dict(settings)
-        raw = load_raw(s)
+        raw = _load_raw(s)
         train = raw["train"][: s.train_size] if s.train_size is not None else raw["train"]
         test = raw["validation"]
         if s.eval_size and s.eval_split == "hop_stratified":

@@ -31,9 +31,9 @@ from vpo_tasks.hub import DataUnavailable, local_files
 from vpo_tasks.response_slots import ResponseSlotTask, first_block
 
 PUNCTUATION = str.maketrans("", "", string.punctuation)
-SEPARATORS = re.compile(r"[ \t\r\n,]*")  # skipped between the JSON objects of a tool_call body
+_SEPARATORS = re.compile(r"[ \t\r\n,]*")  # skipped between the JSON objects of a tool_call body
 OBJECT_BREAK = re.compile(r"}(?=[ \t\r]*\n[ \t\r\n]*{)")  # an object ending a line before the next one
-DECODER = json.JSONDecoder()
+_DECODER = json.JSONDecoder()
 
 
 @dataclass
@@ -62,8 +62,8 @@ def _objects(body: str) -> list[Any]:
     # each `}` that ends a line before a `{`. The newline stays, and a raw newline is invalid inside
     # a JSON string, so when the joined text parses every comma fell between values and its items
     # are the objects the stream below reads (up to the first non-object).
-    try:  # pragma below: a broken fast path falls back to the stream, which reads the same objects
-        items = json.loads("[" + OBJECT_BREAK.sub("},", body) + "]")  # pragma: no mutate
+    try:  # a broken fast path falls back to the stream, which reads the same objects
+        items = json.loads("[" + OBJECT_BREAK.sub("},", body) + "]")
     except (ValueError, RecursionError):
         return _object_stream(body)
     return list(itertools.takewhile(lambda item: isinstance(item, dict), items))
@@ -74,11 +74,11 @@ def _object_stream(body: str) -> list[dict]:
     that does not open an object, or at the first invalid object."""
     found, i = [], 0
     while True:
-        i = SEPARATORS.match(body, i).end()
+        i = _SEPARATORS.match(body, i).end()
         if not body.startswith("{", i):
             return found
         try:
-            value, i = DECODER.raw_decode(body, i)
+            value, i = _DECODER.raw_decode(body, i)
         except (ValueError, RecursionError):
             return found
         found.append(value)
@@ -236,13 +236,14 @@ def download(settings: ToolSettings, into: Path) -> Path:
     return into
 
 
-APPEND = r"\Z"  # the multi-answer instruction is appended to the user turn (the format is in the system prompt)
+_APPEND = r"\Z"  # the multi-answer instruction is appended to the user turn (the format is in the system prompt)
 
 
 class ToolTask(ResponseSlotTask):
     name = "tool"
     label = "ToolRL"
     data_source = "tool"
+    ability = "tool_use"
     objectives = (
         ("format", "Producing a well-formed structured response"),
         ("tool_name", "Calling the right tools"),
@@ -271,19 +272,15 @@ class ToolTask(ResponseSlotTask):
                 "num_tool_calls": len(parsed["calls"]),
             }
             out.append(
-                {
-                    "data_source": self.data_source,
-                    "prompt": turns,
-                    "ability": "tool_use",
-                    "reward_model": {"style": "rule", "ground_truth": truth},
-                    "extra_info": {
-                        "split": split,
-                        "index": i,
-                        "task_id": f"tool-{split}-{i}",
-                        "source_idx": int((record.get("extra_info") or {}).get("index", i)),
-                        "prompt_fields": json.dumps(fields),
-                    },
-                }
+                self.row(
+                    turns,
+                    truth,
+                    split=split,
+                    index=i,
+                    task_id=f"tool-{split}-{i}",
+                    source_idx=int((record.get("extra_info") or {}).get("index", i)),
+                    prompt_fields=json.dumps(fields),
+                )
             )
         return out
 
@@ -318,7 +315,7 @@ class ToolTask(ResponseSlotTask):
         return score_answer(str(answer), ground_truth)
 
     def multi_rewrites(self, m: int) -> list[tuple[str, str]]:
-        return [(APPEND, "\n\n" + self.multi_format(m))]
+        return [(_APPEND, "\n\n" + self.multi_format(m))]
 
     def multi_format(self, m: int) -> str:
         return (

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
+def _prompt_variant(task, row: dict, mode: str, m: int, seed: int) -> list[dict]:
     """The row's prompt in one of the three forms (goal weights drawn as goal_cond draws them)."""
     weights = None
     if mode == "goal":
@@ -72,12 +72,12 @@ def prompt_ids(tokenizer, messages) -> list[int]:
     return tokenizer(render_prompts(tokenizer, [messages])[0], add_special_tokens=False)["input_ids"]
 
 
-def answer_ids(tokenizer, response: str) -> list[int]:
+def _answer_ids(tokenizer, response: str) -> list[int]:
     """The token ids of a demonstration's response, closed by the end-of-sequence token."""
     return tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
-def sampled_success(
+def _sampled_success(
     model,
     tokenizer,
     task,
@@ -93,7 +93,7 @@ def sampled_success(
     hit the token limit, for prompts of the given form."""
     picked = rows[:n_prompts]
     n_answers = m if mode == "multi" else 1
-    ids = [prompt_ids(tokenizer, prompt_variant(task, r, mode, m, seed)) for r in picked]
+    ids = [prompt_ids(tokenizer, _prompt_variant(task, r, mode, m, seed)) for r in picked]
     limit = cfg.max_new_tokens_for(mode)
     sampling = SamplingSettings(temperature=1.0, max_new_tokens=limit, seed=seed)
     responses = sample_responses(model, tokenizer, ids, n_samples, sampling, batch_size=cfg.generation_batch)
@@ -141,9 +141,9 @@ def build_base_model(
         torch.set_num_threads(cfg.threads)
     train_rows, test_rows = read_rows(data_dir, "train"), read_rows(data_dir, "test")
     rng = np.random.default_rng([seed, 7])  # the vocabulary's demonstrations draw first, then the warm start's
-    tokenizer, model = untrained_model(task, train_rows + test_rows, train_rows[:200], cfg, m=m, seed=seed, rng=rng)
-    losses = warm_start(model, tokenizer, task, train_rows, cfg, mode=mode, m=m, seed=seed, rng=rng)
-    sampled = sampled_success(model, tokenizer, task, train_rows, cfg, mode, m, seed)
+    tokenizer, model = _untrained_model(task, train_rows + test_rows, train_rows[:200], cfg, m=m, seed=seed, rng=rng)
+    losses = _warm_start(model, tokenizer, task, train_rows, cfg, mode=mode, m=m, seed=seed, rng=rng)
+    sampled = _sampled_success(model, tokenizer, task, train_rows, cfg, mode, m, seed)
     if sampled["success_rate"] == 0:
         log.warning(
             "the warm-started model never reaches the goal in its samples: RL will see zero reward "
@@ -169,7 +169,7 @@ def build_base_model(
     return payload
 
 
-def untrained_model(
+def _untrained_model(
     task, rows: list[dict], demo_rows: list[dict], cfg: LocalTrainerSettings, *, m: int, seed: int, rng
 ):
     """(tokenizer, randomly initialised model): the vocabulary covers every prompt form of `rows` and a
@@ -177,7 +177,7 @@ def untrained_model(
     from vpo.local.model import TAG_PATTERN, build_model, build_tokenizer, count_parameters, frequent_phrases
 
     prompts = [
-        msg["content"] for row in rows for mode in PROMPT_MODES for msg in prompt_variant(task, row, mode, m, seed)
+        msg["content"] for row in rows for mode in PROMPT_MODES for msg in _prompt_variant(task, row, mode, m, seed)
     ]
     with task_code(task, "writing a warm-start demonstration"):
         demos = [task.demonstration(row, rng, n) for row in demo_rows for n in (1, m)]
@@ -195,7 +195,7 @@ def untrained_model(
     return tokenizer, model
 
 
-def warm_start(
+def _warm_start(
     model, tokenizer, task, train_rows: list[dict], cfg: LocalTrainerSettings, *, mode: str, m: int, seed: int, rng
 ) -> list[float]:
     """Supervised steps on fresh demonstrations in the prompt form `mode` (AdamW, cosine decay to 10%,
@@ -216,10 +216,10 @@ def warm_start(
             group["lr"] = lr
         with task_code(task, "writing a warm-start demonstration"):  # once per step, not per example
             picked = [int(i) for i in rng.integers(len(train_rows), size=cfg.warm_start_batch)]
-            answers = [answer_ids(tokenizer, task.demonstration(train_rows[i], rng, n_answers)) for i in picked]
+            answers = [_answer_ids(tokenizer, task.demonstration(train_rows[i], rng, n_answers)) for i in picked]
             for i in picked:
                 if i not in prompts:
-                    prompts[i] = prompt_ids(tokenizer, prompt_variant(task, train_rows[i], mode, m, seed))
+                    prompts[i] = prompt_ids(tokenizer, _prompt_variant(task, train_rows[i], mode, m, seed))
         examples = StepBatch([prompts[i] for i in picked], answers, 1, tokenizer.pad_token_id)
         width = examples.prompts.shape[1] + examples.responses.shape[1]
         if width > cfg.max_positions:

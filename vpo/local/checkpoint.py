@@ -24,7 +24,7 @@ from typing import Any
 
 from vpo.atomic import atomic_dir, set_aside
 
-STEP_DIR = re.compile(r"^step_(\d+)$")
+_STEP_DIR = re.compile(r"^step_(\d+)$")
 RECORD = "record.json"
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def resumable_checkpoint(checkpoint_root: str | os.PathLike, record: dict[str, A
                 reason = f"{path.name} was made by other settings, data, base model or method ({stored} != {record})"
                 break
             try:
-                return path, load_trainer_state(path)
+                return path, _load_trainer_state(path)
             except Exception as err:  # a damaged newest checkpoint: fall back to the one before
                 log.warning("checkpoint %s cannot be loaded (%s); trying the previous one", path, err)
         else:
@@ -67,7 +67,7 @@ def checkpoint_steps(checkpoint_root: str | os.PathLike) -> list[int]:
         return []
     steps = []
     for child in root.iterdir():
-        match = STEP_DIR.match(child.name)
+        match = _STEP_DIR.match(child.name)
         if match and (child / "trainer_state.pt").is_file() and (child / "model" / "config.json").is_file():
             steps.append(int(match.group(1)))
     return sorted(steps)
@@ -97,7 +97,7 @@ def save_checkpoint(
     return final
 
 
-def load_trainer_state(checkpoint_dir: str | os.PathLike) -> dict:
+def _load_trainer_state(checkpoint_dir: str | os.PathLike) -> dict:
     """The trainer state of a checkpoint, after checking every file a resume reads: the model's config
     and weights (each tensor read) as well as the state itself; any damage raises, naming the file."""
     import torch

@@ -19,7 +19,7 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
 # XML-like tags (`<answer>`, `</route_2>`) stay whole tokens instead of splitting on `<`, `/`, `>`.
 TAG_PATTERN = re.compile(r"</?[A-Za-z_]+(?:_\d+)?>")
-CUT_PATTERN = re.compile(r"(?:</?[A-Za-z_]+(?:_\d+)?>|\d+)")
+_CUT_PATTERN = re.compile(r"(?:</?[A-Za-z_]+(?:_\d+)?>|\d+)")
 
 
 def frequent_phrases(
@@ -41,7 +41,7 @@ def frequent_phrases(
     for text in prompts:
         fragments = set()
         for line in text.splitlines():
-            for piece in CUT_PATTERN.split(line):
+            for piece in _CUT_PATTERN.split(line):
                 piece = piece.strip()
                 words = [w for w, _ in pre.pre_tokenize_str(piece)]
                 if (

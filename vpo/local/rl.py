@@ -29,7 +29,7 @@ def ppo_clip_loss(logp, old_logp, advantages, mask, *, clip_ratio: float, clip_r
     clipped = -advantages * ratio.clamp(1.0 - clip_ratio, 1.0 + clip_ratio)
     pg = torch.maximum(unclipped, clipped)
     # Dual clip: for negative advantages the loss is bounded by -A * clip_ratio_c.
-    negative = advantages < 0  # pragma: no mutate (`<= 0` is the same: at an advantage of 0 both branches are 0)
+    negative = advantages < 0
     pg = torch.where(negative, torch.minimum(pg, -advantages * clip_ratio_c), pg)
     clip_frac = masked_mean((clipped > unclipped).float(), mask)
     approx_kl = masked_mean(-log_ratio, mask)
@@ -43,7 +43,7 @@ def low_var_kl(logp, ref_logp):
     the same values and gradients)."""
     import torch
 
-    log_ratio = (ref_logp - logp).clamp(max=20.0)  # pragma: no mutate (any bound above 2.62 gives the same values)
+    log_ratio = (ref_logp - logp).clamp(max=20.0)
     return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(max=10.0)
 
 
@@ -51,7 +51,7 @@ def optimizer_for(policy, settings):
     """The policy's optimizer: AdamW at a constant learning rate, betas (0.9, 0.999), eps 1e-8 and the
     settings' weight decay (veRL's actor optimizer, torch's AdamW, with `lr_scheduler_type: constant` and
     no warmup; vpo/local/adamw.py computes torch's AdamW update to the same floats)."""
-    adam = {"betas": (0.9, 0.999), "eps": 1e-8}  # pragma: no mutate (torch's defaults, written out as veRL's)
+    adam = {"betas": (0.9, 0.999), "eps": 1e-8}
     return AdamW(policy.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, **adam)
 
 

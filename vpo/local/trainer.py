@@ -61,7 +61,7 @@ def batch_indices(n_rows: int, batch: int, step: int, seed: int) -> list[int]:
     return [int(i) for i in order[slot * batch : (slot + 1) * batch]]
 
 
-def score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
+def _score_rollouts(rows: list[dict], texts: list[str]) -> list[dict]:
     """compute_score of every rollout (its score, sub_scores, channels, acc and num_answers)."""
     return [
         compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info"))
@@ -100,7 +100,7 @@ class Learner:
         t_gen = time.time() - t_step
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
         group_ids = np.repeat(np.arange(len(picked)), n)
-        results = score_rollouts([self.rows[i] for i in picked for _ in range(n)], texts)
+        results = _score_rollouts([self.rows[i] for i in picked for _ in range(n)], texts)
         scores = np.array([float(r["score"]) for r in results])
         subs = [as_matrix(r["sub_scores"]) for r in results]
         batch = StepBatch(prompts, responses, n, tokenizer.pad_token_id)
@@ -222,8 +222,8 @@ def train_local(spec: RunSpec) -> TrainResult:
     out.mkdir(parents=True, exist_ok=True)
     truncate_metrics(metrics_path, start_step)
     models.policy.train()
-    tracker = start_tracking(spec, m, out)
-    learner = learner_for(spec, models, optimizer, method, task, np_rng)
+    tracker = _start_tracking(spec, m, out)
+    learner = _learner_for(spec, models, optimizer, method, task, np_rng)
     t_run = time.time()
     progress = Progress(cfg.steps, "step", start_done=start_step)
     for step in range(start_step + 1, cfg.steps + 1):
@@ -253,7 +253,7 @@ def train_local(spec: RunSpec) -> TrainResult:
     return trained_in_process(spec, start_step, t_run)
 
 
-def start_tracking(spec: RunSpec, m: int, out: Path):
+def _start_tracking(spec: RunSpec, m: int, out: Path):
     """The cell's W&B run (none when wandb.mode is disabled), with the run's settings as its config."""
     config = {
         "method_settings": spec.method_settings,
@@ -267,7 +267,7 @@ def start_tracking(spec: RunSpec, m: int, out: Path):
     )
 
 
-def learner_for(spec: RunSpec, models: Models, optimizer, method, task, np_rng) -> Learner:
+def _learner_for(spec: RunSpec, models: Models, optimizer, method, task, np_rng) -> Learner:
     """The run's Learner: the models and optimizer given, rollouts sampled at the settings' temperature
     and top-p up to the prompt form's token limit, batches drawn from np_rng."""
     cfg = spec.settings

@@ -43,45 +43,45 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from vpo.atomic import atomic_file, write_json_atomic
+from vpo.atomic import write_json_atomic
 from vpo.cell_lock import reading_cells
-from vpo.data import read_json_object
+from vpo.data import read_json_object, write_csv
 from vpo.metrics import best_at_k, diversity, expected_best_of_m, hypervolume, nondominated_distinct, pass_at_k
 from vpo.provenance import collect, summarize
 from vpo.task import resolve
 from vpo.weights import eval_weights
 
-CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
-SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
-REQUIRED_KEYS = ("task", "method", "train_seed", "eval_seed", "budget") + CURVE_METRICS + SCALAR_METRICS
-DIVERSITY_KEY = "pool_diversity"
-SPREAD_KEY = "vpo/advantage_draw_std"  # logged by VPO's estimators only
-STRATEGIES_KEY = "strategies_per_group"  # distinct strategy keys per group (docs/metrics.md)
-TRAINING_COLUMNS = ["task", "method", "seed", "step", "pool_diversity", "advantage_draw_std", STRATEGIES_KEY]
+_CURVE_METRICS = ("pass_at_k", "best_at_k", "best_at_k_perm")
+_SCALAR_METRICS = ("expected_best_of_m", "diversity", "parse_failure_rate")
+_REQUIRED_KEYS = ("task", "method", "train_seed", "eval_seed", "budget") + _CURVE_METRICS + _SCALAR_METRICS
+_DIVERSITY_KEY = "pool_diversity"
+_SPREAD_KEY = "vpo/advantage_draw_std"  # logged by VPO's estimators only
+_STRATEGIES_KEY = "strategies_per_group"  # distinct strategy keys per group (docs/metrics.md)
+TRAINING_COLUMNS = ["task", "method", "seed", "step", "pool_diversity", "advantage_draw_std", _STRATEGIES_KEY]
 
 
 # ---- evaluation results -----------------------------------------------------------------------
-def read_eval_json(path: str | os.PathLike) -> list[dict]:
+def _read_eval_json(path: str | os.PathLike) -> list[dict]:
     """One evalseed{e}.json -> long rows (task, method, train_seed, eval_seed, metric, k, value)."""
     result = read_json_object(path)
-    missing = [key for key in REQUIRED_KEYS if key not in result]
+    missing = [key for key in _REQUIRED_KEYS if key not in result]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}; rerun `vpo eval` for this cell")
     ids = {key: result[key] for key in ("task", "method", "train_seed", "eval_seed")}
     budget = int(result["budget"])
     rows = []
-    for metric in CURVE_METRICS:
+    for metric in _CURVE_METRICS:
         curve = result[metric]
         if len(curve) != budget:
             raise ValueError(f"{path}: {metric} has {len(curve)} values, expected budget={budget} (k = 1..budget)")
         rows += [dict(ids, metric=metric, k=k, value=float(v)) for k, v in enumerate(curve, start=1)]
-    scalars = {name: result[name] for name in SCALAR_METRICS}
+    scalars = {name: result[name] for name in _SCALAR_METRICS}
     scalars.update({f"objective/{name}": v for name, v in result.get("objective_means", {}).items()})
     rows += [dict(ids, metric=name, k=np.nan, value=float(v)) for name, v in scalars.items()]
     return rows
 
 
-def average_eval_seeds(rows: pd.DataFrame) -> pd.DataFrame:
+def _average_eval_seeds(rows: pd.DataFrame) -> pd.DataFrame:
     """Mean over evaluation seeds inside each (task, method, train_seed, metric, k).
 
     rows: columns task, method, train_seed, eval_seed, metric, k, value (k NaN for scalars).
@@ -101,7 +101,7 @@ def average_eval_seeds(rows: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def seed_statistics(frame: pd.DataFrame, keys: list[str], value: str, seed: str) -> pd.DataFrame:
+def _seed_statistics(frame: pd.DataFrame, keys: list[str], value: str, seed: str) -> pd.DataFrame:
     """Per `keys` group: mean, standard error (std with ddof=1 over sqrt(n); NaN for one value, never 0)
     and the number of seeds of column `value`. Groups with a NaN key (k of scalar metrics) are kept."""
     stats = frame.groupby(keys, dropna=False, sort=True).agg(
@@ -116,15 +116,15 @@ def summarise_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     per_seed: task, method, train_seed, metric, k, value. Returns task, method, metric, k, mean,
     stderr, n_seeds.
     """
-    return seed_statistics(per_seed, ["task", "method", "metric", "k"], "value", "train_seed")
+    return _seed_statistics(per_seed, ["task", "method", "metric", "k"], "value", "train_seed")
 
 
 def aggregate_evals(paths: Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Eval JSON files -> (per_seed, summary) tables as described in the module docstring."""
-    rows = [row for path in paths for row in read_eval_json(path)]
+    rows = [row for path in paths for row in _read_eval_json(path)]
     if not rows:
         raise ValueError("no evaluation results given")
-    per_seed = average_eval_seeds(pd.DataFrame.from_records(rows))
+    per_seed = _average_eval_seeds(pd.DataFrame.from_records(rows))
     return per_seed, summarise_seeds(per_seed)
 
 
@@ -221,17 +221,17 @@ def aggregate_problems(pools: Iterable[str | os.PathLike], ks: list[int], hv_ref
 
 
 # ---- training curves --------------------------------------------------------------------------
-def parse_metrics_line(record: dict) -> tuple[int, float, float, float] | None:
+def _parse_metrics_line(record: dict) -> tuple[int, float, float, float] | None:
     """(step, pool diversity, advantage draw spread or NaN, strategies per group or NaN) of one metrics.jsonl
     object in either format; None if the diversity is not logged."""
     metrics = record.get("data") if isinstance(record.get("data"), dict) else record
     if "step" not in record:
         return None
-    spread, strategies = (metrics.get(key) for key in (SPREAD_KEY, STRATEGIES_KEY))
+    spread, strategies = (metrics.get(key) for key in (_SPREAD_KEY, _STRATEGIES_KEY))
     spread = float(spread) if spread is not None else float("nan")
     strategies = float(strategies) if strategies is not None else float("nan")
     for key, value in metrics.items():
-        if (key == DIVERSITY_KEY or key.endswith("/" + DIVERSITY_KEY)) and value is not None:
+        if (key == _DIVERSITY_KEY or key.endswith("/" + _DIVERSITY_KEY)) and value is not None:
             return int(record["step"]), float(value), spread, strategies
     return None
 
@@ -250,7 +250,7 @@ def read_metrics_jsonl(path: str | os.PathLike) -> list[tuple[int, float, float,
             if number == len(lines):  # a killed trainer may leave half a line at the end
                 break
             raise ValueError(f"{path}:{number}: not a JSON object") from None
-        point = parse_metrics_line(record)
+        point = _parse_metrics_line(record)
         if point is not None:
             if points and point[0] <= points[-1][0]:  # two writers, or a resume that did not truncate
                 raise ValueError(
@@ -277,14 +277,14 @@ def aggregate_training(markers: Iterable[str | os.PathLike]) -> pd.DataFrame:
             raise FileNotFoundError(f"{metrics_path} is missing; the trainer writes it next to {marker.name}")
         points = read_metrics_jsonl(metrics_path)
         if not points:
-            raise ValueError(f"{metrics_path} has no '{DIVERSITY_KEY}' values; the trainer must log it per step")
+            raise ValueError(f"{metrics_path} has no '{_DIVERSITY_KEY}' values; the trainer must log it per step")
         records += [(info["task"], info["method"], int(info["seed"]), *point) for point in points]
     return pd.DataFrame.from_records(records, columns=TRAINING_COLUMNS)
 
 
 def training_curve_stats(curves: pd.DataFrame, column: str = "pool_diversity") -> pd.DataFrame:
     """Per task, method and step: mean and standard error over seeds of a training curve's column."""
-    return seed_statistics(curves, ["task", "method", "step"], column, "seed")
+    return _seed_statistics(curves, ["task", "method", "step"], column, "seed")
 
 
 # ---- evolutionary search ----------------------------------------------------------------------
@@ -310,20 +310,12 @@ def aggregate_evolve(summaries: Iterable[str | os.PathLike]) -> pd.DataFrame:
         value_vars=["solved", "mean_best"],
         var_name="metric",
     )
-    stats = seed_statistics(frame, ["task", "method", "iteration", "metric"], "value", "train_seed")
+    stats = _seed_statistics(frame, ["task", "method", "iteration", "metric"], "value", "train_seed")
     problems = frame.groupby(["task", "method", "iteration", "metric"])["n_problems"].max().to_numpy()
     return stats.assign(n_problems=problems.astype(int))
 
 
 # ---- writing ------------------------------------------------------------------------------------
-def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Write through vpo.atomic: a killed job leaves no complete-looking file."""
-    if "k" in frame.columns:  # integers, empty for scalar metrics (not 1.0, 2.0, ...)
-        frame = frame.assign(k=frame["k"].astype("Int64"))
-    with atomic_file(path) as tmp:
-        frame.to_csv(tmp, index=False)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     evals = sub.add_parser("evals", help="eval JSONs -> per_seed.csv and summary.csv")

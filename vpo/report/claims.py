@@ -49,12 +49,12 @@ CLAIMS = (
     Claim("VPO gains the most from more candidates (best@budget minus best@1)", "gain", None, "above"),
     Claim("VPO is the lowest at best@1", "best_at_k", 1, "below"),
 )
-REPS = 2000  # bootstrap resamples per comparison (vpo intervals' default)
+_REPS = 2000  # bootstrap resamples per comparison (vpo intervals' default)
 # Training: a method's batch pool diversity falls (or rises) from the mean of its first FIRST_STEPS logged
 # steps to the mean of its last LAST_STEPS: the mean change over training seeds, whose one-sided 95% t
 # bound (n - 1 degrees of freedom) must stay below (above) 0. VPO's rise held on every seed of one 5-seed
 # run, by 0.02 on one seed: not claimed.
-TRAINING_CLAIMS = (("grpo", "falls"),)  # (method, falls | rises[, training_curves.csv column])
+_TRAINING_CLAIMS = (("grpo", "falls"),)  # (method, falls | rises[, training_curves.csv column])
 FIRST_STEPS, LAST_STEPS = 5, 10
 
 
@@ -74,16 +74,16 @@ def load_claims(path: str | Path) -> tuple[tuple[Claim, ...], tuple[tuple, ...]]
         raise ValueError(
             f"{path} is not a claims file ({type(err).__name__}: {err}); see vpo/report/claims.py"
         ) from err
-    bad = [c.side for c in claims if c.side not in ("above", "below")] + [t[1] for t in training if t[1] not in WAYS]
+    bad = [c.side for c in claims if c.side not in ("above", "below")] + [t[1] for t in training if t[1] not in _WAYS]
     if bad or not (claims or training):
         raise ValueError(f"{path}: sides must be above or below, ways falls or rises ({bad}), and claims not empty")
     return claims, training
 
 
-WAYS = ("falls", "rises")
+_WAYS = ("falls", "rises")
 
 
-def training_trend(training: pd.DataFrame, method: str, column: str = "pool_diversity") -> pd.DataFrame:
+def _training_trend(training: pd.DataFrame, method: str, column: str = "pool_diversity") -> pd.DataFrame:
     """Per task and seed of `method`: a training curve's column at the start and at the end of training."""
     rows = []
     for (task, seed), curve in training[training.method == method].groupby(["task", "seed"], sort=True):
@@ -104,12 +104,12 @@ def claim_matrix(per_problem: pd.DataFrame, task: str, method: str, claim: Claim
     )
 
 
-def unchecked(task: str, other: str, reason: str) -> dict:
+def _unchecked(task: str, other: str, reason: str) -> dict:
     """The row of a comparison that could not be made: it fails, saying why."""
     return dict(task=task, other=other, probability=np.nan, low=np.nan, high=np.nan, holds=False, reason=reason)
 
 
-def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int = REPS, seed: int = 0) -> pd.DataFrame:
+def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int = _REPS, seed: int = 0) -> pd.DataFrame:
     """One row per task and other method: probability, low, high, holds, and why it cannot be checked
     (`reason`, "" when it was). A task with no other method gives one failing row: a claim compared with
     nothing never holds."""
@@ -120,15 +120,15 @@ def check(per_problem: pd.DataFrame, claim: Claim, reference: str, *, reps: int 
             raise ValueError(f"per_problem.csv has no {reference!r} rows for task {task!r}: the claims compare it")
         others = [m for m in methods if m != reference and (not claim.against or m in claim.against)]
         for absent in (m for m in claim.against if m not in methods):
-            rows.append(unchecked(task, absent, f"{absent} was not evaluated on {task}"))
+            rows.append(_unchecked(task, absent, f"{absent} was not evaluated on {task}"))
         if not others and not claim.against:
-            rows.append(unchecked(task, "-", f"only {reference} was evaluated on {task}: nothing to compare it with"))
+            rows.append(_unchecked(task, "-", f"only {reference} was evaluated on {task}: nothing to compare it with"))
         mine = claim_matrix(per_problem, task, reference, claim)
         for other in others:
             try:
                 x, y = paired(mine, claim_matrix(per_problem, task, other, claim), (reference, other))
             except ValueError as err:
-                rows.append(unchecked(task, other, str(err)))
+                rows.append(_unchecked(task, other, str(err)))
                 continue
             p, low, high = improvement_interval(x, y, reps=reps, seed=seed)
             holds = low > 0.5 if claim.side == "above" else high < 0.5
@@ -194,15 +194,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", required=True, help="a preset's results folder, e.g. results/cpu")
     parser.add_argument("--reference", default="vpo", help="the method the claims are about")
     parser.add_argument(
-        "--reps", type=int, default=REPS, help=f"bootstrap resamples per comparison (at least {MIN_REPS})"
+        "--reps", type=int, default=_REPS, help=f"bootstrap resamples per comparison (at least {_MIN_REPS})"
     )
     parser.add_argument("--claims", default=None, help="a claims file (YAML; default: README's claims on the cpu run)")
 
 
-MIN_REPS = 100  # fewer gives intervals of a few distinct replicates (1: zero width), which decide nothing
+_MIN_REPS = 100  # fewer gives intervals of a few distinct replicates (1: zero width), which decide nothing
 
 
-def read_per_problem(path: Path) -> pd.DataFrame:
+def _read_per_problem(path: Path) -> pd.DataFrame:
     """per_problem.csv, refused naming the file when a value is missing or not finite (a truncated or
     damaged file) or a (task, method, seed, problem, metric, k) row repeats."""
     frame = read_csv_table(path)
@@ -224,7 +224,7 @@ def read_per_problem(path: Path) -> pd.DataFrame:
     return frame
 
 
-def training_claims(training: pd.DataFrame | None, path: Path, claims=TRAINING_CLAIMS) -> list[tuple[bool, str]]:
+def _training_claims(training: pd.DataFrame | None, path: Path, claims=_TRAINING_CLAIMS) -> list[tuple[bool, str]]:
     """(holds, text) of each training claim; one that cannot be checked (no curves, no runs of its method,
     one seed) fails and says why."""
     results = []
@@ -235,7 +235,7 @@ def training_claims(training: pd.DataFrame | None, path: Path, claims=TRAINING_C
         if training is None:
             results.append((False, f"{head}: cannot be checked, {path} is missing (run `vpo aggregate` first)"))
             continue
-        trend = training_trend(training, method, column) if column in training else training.iloc[:0]
+        trend = _training_trend(training, method, column) if column in training else training.iloc[:0]
         if len(trend) < 2:
             results.append((False, f"{head}: cannot be checked, {path} holds {len(trend)} {method} runs (needs 2)"))
             continue
@@ -251,8 +251,8 @@ def training_claims(training: pd.DataFrame | None, path: Path, claims=TRAINING_C
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.reps < MIN_REPS:
-        raise SystemExit(f"vpo claims: --reps {args.reps} is too few bootstrap resamples; give at least {MIN_REPS}")
+    if args.reps < _MIN_REPS:
+        raise SystemExit(f"vpo claims: --reps {args.reps} is too few bootstrap resamples; give at least {_MIN_REPS}")
     agg = Path(args.results) / "aggregate"
     needed = [agg / "summary.csv", agg / "per_problem.csv"]
     missing = [str(p) for p in needed if not p.is_file()]
@@ -264,9 +264,9 @@ def run(args: argparse.Namespace) -> int:
     evolve = pd.concat([read_csv_table(p) for p in evolve_files]) if evolve_files else None
     curves = agg / "training_curves.csv"
     training = read_csv_table(curves) if curves.is_file() else None
-    per_problem = read_per_problem(needed[1])
+    per_problem = _read_per_problem(needed[1])
     print(numbers(read_csv_table(needed[0]), evolve, training))
-    claims, trends = load_claims(args.claims) if getattr(args, "claims", None) else (CLAIMS, TRAINING_CLAIMS)
+    claims, trends = load_claims(args.claims) if getattr(args, "claims", None) else (CLAIMS, _TRAINING_CLAIMS)
     print(rules(args.reps))
     outcomes = []
     for claim in claims:
@@ -283,10 +283,10 @@ def run(args: argparse.Namespace) -> int:
                 f"    {row.task} vs {row.other}: P({reference} > {row.other}) {row.probability:.3f} "
                 f"[{row.low:.3f}, {row.high:.3f}]{'' if row.holds else '  <- fails'}"
             )
-    for ok, text in training_claims(training, curves, trends):
+    for ok, text in _training_claims(training, curves, trends):
         outcomes.append(ok)
         print(f"{'holds' if ok else 'FAILS'}: {text}")
-    print(NOT_CLAIMED)
+    print(_NOT_CLAIMED)
     print(f"{sum(outcomes)} of {len(outcomes)} claims hold", file=sys.stderr)
     return 0 if all(outcomes) else 1
 
@@ -304,7 +304,7 @@ def rules(reps: int) -> str:
 
 
 # printed after the verdicts: they are about this run, not the paper
-NOT_CLAIMED = (
+_NOT_CLAIMED = (
     "Not claimed: the order at best@budget, the evolutionary search's ranking, and anything about the paper's\n"
     "models and tasks. These results come from the run's own model and preset; the paper's numbers need the\n"
     "paper preset on GPUs (docs/reproducibility.md)."

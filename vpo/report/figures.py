@@ -123,7 +123,7 @@ def diversity_over_training(
 ):
     """Paper Fig. 4: pool diversity against training step, one panel per task, mean and band over seeds
     (training: aggregate's training_curves.csv)."""
-    return training_figure(training, "pool_diversity", methods, tasks, out, "Pool diversity over training", scale)
+    return _training_figure(training, "pool_diversity", methods, tasks, out, "Pool diversity over training", scale)
 
 
 def strategies_over_training(
@@ -132,15 +132,15 @@ def strategies_over_training(
     """Distinct strategies (`Task.strategy_key`) among each group's rollouts against training step: the
     diversity set RL rewards across rollouts, beside VPO's, whose key holds a rollout's m answers."""
     title = "Distinct strategies per group over training"
-    return training_figure(training, "strategies_per_group", methods, tasks, out, title, scale)
+    return _training_figure(training, "strategies_per_group", methods, tasks, out, title, scale)
 
 
-def training_figure(training: pd.DataFrame, column: str, methods, tasks, out, title: str, scale: str | None):
+def _training_figure(training: pd.DataFrame, column: str, methods, tasks, out, title: str, scale: str | None):
     """One training-curve column against step, one panel per task, mean and band over seeds."""
     fig, axes = panel_grid(len(tasks))
     n_seeds = set()
     for ax, task in zip(axes, tasks):
-        n_seeds |= draw_training_panel(ax, training, column, methods, task)
+        n_seeds |= _draw_training_panel(ax, training, column, methods, task)
         ax.set_title(task_label(task))
     note = seed_note(n_seeds, per_seed_lines=True) or finish_default_note(n_seeds)
     note = f"{note}; lines: moving average over {SMOOTH_STEPS} steps, dots: the mean at each step"
@@ -148,14 +148,14 @@ def training_figure(training: pd.DataFrame, column: str, methods, tasks, out, ti
     return fig
 
 
-TRAINING_LABELS = {
+_TRAINING_LABELS = {
     "pool_diversity": "pool diversity (pairwise L1)",
     "strategies_per_group": "distinct strategies per group",
     "advantage_draw_std": "advantage std over weight draws",
 }
 
 
-def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str], task: str) -> set[int]:
+def _draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str], task: str) -> set[int]:
     """One training-curve column (aggregate's training_curves.csv) against step on `ax`: per method the
     smoothed mean with a band (or each seed), dots at each step's mean; returns the seed counts seen."""
     stats = training_curve_stats(curves, column)
@@ -180,13 +180,13 @@ def draw_training_panel(ax, curves: pd.DataFrame, column: str, methods: list[str
             seeds=seeds,
         )
     ax.set_xlabel("training step")
-    ax.set_ylabel(TRAINING_LABELS.get(column, column))
+    ax.set_ylabel(_TRAINING_LABELS.get(column, column))
     ax.grid(alpha=0.3)
     return n_seeds
 
 
 # ---- ablations ---------------------------------------------------------------------------------
-ABLATION_TITLES = {  # (one-line title, what the caption adds)
+_ABLATION_TITLES = {  # (one-line title, what the caption adds)
     "components": (
         "Which part of VPO does the work",
         "random scalarisation alone (random-weight GRPO), multi-answer generation alone (Multi-RLVR), VPO's "
@@ -196,7 +196,7 @@ ABLATION_TITLES = {  # (one-line title, what the caption adds)
     "sampler": ("VPO's weight sampler", "i.i.d. Dirichlet against scrambled Sobol"),
     "m": ("Answers per rollout m", "the pool stays at the same number of candidates"),
 }
-VALUE_LABELS = {"alpha": ("Dirichlet α", "log"), "m": ("answers per rollout m", "linear")}
+_VALUE_LABELS = {"alpha": ("Dirichlet α", "log"), "m": ("answers per rollout m", "linear")}
 
 
 def ablation(
@@ -227,24 +227,24 @@ def ablation(
         for ax, metric in zip(row, ("best_at_k", "pass_at_k")):
             n_seeds |= draw_curve_panel(ax, summary, metric, methods, task, per_seed)
             ax.set_title(f"{task_label(task)}: {METRIC_LABELS[metric].split(' ')[0]}")
-        n_seeds |= draw_training_panel(row[2], training, "pool_diversity", methods, task)
+        n_seeds |= _draw_training_panel(row[2], training, "pool_diversity", methods, task)
         row[2].set_title(f"{task_label(task)}: pool diversity in training")
         if ablation == "sampler":
-            draw_training_panel(row[3], training, "advantage_draw_std", methods, task)
+            _draw_training_panel(row[3], training, "advantage_draw_std", methods, task)
             row[3].set_title(f"{task_label(task)}: Monte Carlo noise of the advantage")
         elif setting:
-            draw_setting_panel(row[3], summary, setting, task, *VALUE_LABELS.get(ablation, (ablation, "linear")))
+            _draw_setting_panel(row[3], summary, setting, task, *_VALUE_LABELS.get(ablation, (ablation, "linear")))
     finish(
         fig,
         axes,
         out,
-        title=ABLATION_TITLES.get(ablation, (f"Ablation: {ablation}", ""))[0],
+        title=_ABLATION_TITLES.get(ablation, (f"Ablation: {ablation}", ""))[0],
         n_seeds=n_seeds,
         note="; ".join(
             filter(
                 None,
                 [
-                    ABLATION_TITLES.get(ablation, ("", ""))[1],
+                    _ABLATION_TITLES.get(ablation, ("", ""))[1],
                     seed_note(n_seeds, per_seed_lines=per_seed is not None) or finish_default_note(n_seeds),
                 ],
             )
@@ -254,7 +254,7 @@ def ablation(
     return fig
 
 
-def draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlabel: str, xscale: str) -> None:
+def _draw_setting_panel(ax, summary: pd.DataFrame, setting: dict, task: str, xlabel: str, xscale: str) -> None:
     """best@1 (dashed, open markers) and best@budget (solid) against a setting's value, with ±1 standard
     error bars, one line per method of the table (a variant joins its method's line)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -358,12 +358,12 @@ class Figure:
     optional: tuple[str, ...] = ()  # tables it draws without (per_seed: seeds drawn one by one when given)
 
 
-CURVES = Figure(pass_at_k, ("summary", "per_seed"), ("methods", "tasks", "variants", "scale"), optional=("per_seed",))
+_CURVES = Figure(pass_at_k, ("summary", "per_seed"), ("methods", "tasks", "variants", "scale"), optional=("per_seed",))
 FIGURES: dict[str, Figure] = {
-    "pass_at_k": CURVES,
-    "best_at_k": Figure(best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
-    "appendix_pass_at_k": Figure(appendix_pass_at_k, CURVES.tables, CURVES.options, CURVES.optional),
-    "appendix_best_at_k": Figure(appendix_best_at_k, CURVES.tables, CURVES.options, CURVES.optional),
+    "pass_at_k": _CURVES,
+    "best_at_k": Figure(best_at_k, _CURVES.tables, _CURVES.options, _CURVES.optional),
+    "appendix_pass_at_k": Figure(appendix_pass_at_k, _CURVES.tables, _CURVES.options, _CURVES.optional),
+    "appendix_best_at_k": Figure(appendix_best_at_k, _CURVES.tables, _CURVES.options, _CURVES.optional),
     "strategies_over_training": Figure(
         strategies_over_training, ("training",), ("methods", "tasks", "variants", "scale")
     ),

@@ -8,14 +8,14 @@ import pandas as pd
 from vpo.report.kit import finish, method_style, panel_grid
 from vpo.report.labels import method_label, task_label
 
-POOL_TITLES = {
+_POOL_TITLES = {
     "hypervolume": "hypervolume",
     "expected_utility": "expected utility",
     "nondominated": "non-dominated vectors",
 }
 
 
-def draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str = "point", estimators=("iqm", "mean")):
+def _draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str = "point", estimators=("iqm", "mean")):
     """One horizontal line per method: each estimator's point (IQM filled, mean open) with its 95%
     interval. rows: intervals.csv rows of one task, metric and k (or improvement.csv rows, value
     'probability', estimators ("",))."""
@@ -47,7 +47,7 @@ def draw_interval_panel(ax, rows: pd.DataFrame, methods: list[str], value: str =
     ax.grid(axis="x", alpha=0.3)
 
 
-def add_marker_legend(ax, methods: list[str]) -> None:
+def _add_marker_legend(ax, methods: list[str]) -> None:
     """One legend entry per method (its colour and marker, no line) for the shared legend of finish()."""
     for method in methods:
         style = {k: v for k, v in method_style(method).items() if k != "ls"}
@@ -75,21 +75,21 @@ def intervals(
         for ax, metric in zip(axes[3 * t : 3 * t + 2], ("best_at_k", "pass_at_k")):
             rows = mine[mine.metric == metric]
             k = rows.k.max()
-            draw_interval_panel(ax, rows[rows.k == k], methods)
+            _draw_interval_panel(ax, rows[rows.k == k], methods)
             ax.set(title=f"{task_label(task)}: {metric.split('_at_')[0]}@{int(k)}", xlabel="IQM (filled), mean (open)")
         ax = axes[3 * t + 2]
         better = improvement[(improvement.task == task) & (improvement.metric == "best_at_k")]
         reference = better.method.iloc[0] if len(better) else "vpo"
         better = better[better.k == better.k.max()]
         others = [m for m in methods if m != reference]
-        draw_interval_panel(ax, better, others, value="probability", estimators=("",))
+        _draw_interval_panel(ax, better, others, value="probability", estimators=("",))
         ax.axvline(0.5, color="0.5", lw=0.8, ls="--")
         ax.set(
             title=f"{task_label(task)}: P({method_label(reference)} > ·), "
             f"best@{int(better.k.max()) if len(better) else ''}",
             xlabel="probability of improvement",
         )
-    add_marker_legend(axes[0], methods)
+    _add_marker_legend(axes[0], methods)
     finish(
         fig,
         axes,
@@ -172,7 +172,7 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
     routes) gets no hypervolume panel, and the caption says so."""
     panels, left_out = [], []
     for task in tasks:
-        for metric in POOL_TITLES:
+        for metric in _POOL_TITLES:
             rows = intervals[(intervals.task == task) & (intervals.metric == metric)]
             if metric == "hypervolume" and len(rows) and (rows.high == 0).all():
                 left_out.append(task_label(task))
@@ -180,15 +180,15 @@ def pool_quality(*, intervals: pd.DataFrame, methods: list[str], tasks: list[str
                 panels.append((task, metric, rows))
     fig, axes = panel_grid(len(panels))
     for ax, (task, metric, rows) in zip(axes, panels):
-        draw_interval_panel(ax, rows, methods)
-        ax.set(title=f"{task_label(task)}: {POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
+        _draw_interval_panel(ax, rows, methods)
+        ax.set(title=f"{task_label(task)}: {_POOL_TITLES[metric]}", xlabel="IQM (filled), mean (open)")
     omitted = (
         f"; hypervolume not drawn for {', '.join(left_out)}: 0 for every pool (no vector above the reference "
         "point 0 in every objective)"
         if left_out
         else ""
     )
-    add_marker_legend(axes[0], methods)
+    _add_marker_legend(axes[0], methods)
     finish(
         fig,
         axes,

@@ -39,11 +39,11 @@ import numpy as np
 import pandas as pd
 
 from vpo.data import read_csv_table
-from vpo.report.aggregate import write_csv
+from vpo.data import write_csv
 from vpo.report.labels import method_label, task_label, use_variants
 from vpo.report.table_render import cell_frame, render, write_outputs
 
-COLUMNS = {
+_COLUMNS = {
     "intervals": ["task", "method", "metric", "k", "estimator", "point", "low", "high", "n_seeds", "n_problems"],
     "improvement": ["task", "method", "other", "metric", "k", "probability", "low", "high"],
     "profiles": ["task", "method", "metric", "k", "tau", "fraction", "low", "high"],
@@ -87,7 +87,7 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray | flo
     return float(result) if result.ndim == 0 else result
 
 
-def stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator, *, problems: bool) -> np.ndarray:
+def _stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator, *, problems: bool) -> np.ndarray:
     """rliable's stratified bootstrap: (reps, seeds, problems) replicates of a (seeds, problems) matrix,
     each column's seeds drawn with replacement from that column's (its stratum); with `problems`, the
     columns themselves drawn with replacement too (rliable's task_bootstrap). Seed indices are drawn
@@ -98,7 +98,7 @@ def stratified_resamples(scores: np.ndarray, reps: int, rng: np.random.Generator
     return scores[seed_index, problem_index]
 
 
-def percentile_interval(replicates: np.ndarray) -> tuple[float, float]:
+def _percentile_interval(replicates: np.ndarray) -> tuple[float, float]:
     """The central CONFIDENCE interval of bootstrap replicates (reps, ...): percentiles, as rliable's default."""
     tail = 100 * (1 - CONFIDENCE) / 2
     low, high = np.percentile(replicates, [tail, 100 - tail], axis=0)
@@ -110,7 +110,7 @@ def interval(scores: np.ndarray, estimator: str, *, reps: int, seed: int) -> tup
     problems and problems resampled, percentile interval of coverage CONFIDENCE."""
     estimate = ESTIMATORS[estimator]
     rng = np.random.default_rng(seed)
-    low, high = percentile_interval(estimate(stratified_resamples(scores, reps, rng, problems=True)))
+    low, high = _percentile_interval(estimate(_stratified_resamples(scores, reps, rng, problems=True)))
     return estimate(scores), float(low), float(high)
 
 
@@ -119,9 +119,9 @@ def improvement_interval(x: np.ndarray, y: np.ndarray, *, reps: int, seed: int) 
     (rliable's StratifiedIndependentBootstrap)."""
     rng = np.random.default_rng(seed)
     replicates = probability_of_improvement(
-        stratified_resamples(x, reps, rng, problems=False), stratified_resamples(y, reps, rng, problems=False)
+        _stratified_resamples(x, reps, rng, problems=False), _stratified_resamples(y, reps, rng, problems=False)
     )
-    low, high = percentile_interval(replicates)
+    low, high = _percentile_interval(replicates)
     return probability_of_improvement(x, y), float(low), float(high)
 
 
@@ -129,9 +129,9 @@ def profile(scores: np.ndarray, taus: np.ndarray, *, reps: int, seed: int) -> tu
     """Fraction of seed x problem scores above each tau (taus,) and its band (2, taus), over the
     stratified bootstrap of seeds and problems (rliable's score distribution)."""
     rng = np.random.default_rng(seed)
-    samples = stratified_resamples(scores, reps, rng, problems=True).reshape(reps, -1)
+    samples = _stratified_resamples(scores, reps, rng, problems=True).reshape(reps, -1)
     fractions = np.array([(scores > tau).mean() for tau in taus])
-    low, high = percentile_interval(np.stack([(samples > tau).mean(axis=1) for tau in taus], axis=1))
+    low, high = _percentile_interval(np.stack([(samples > tau).mean(axis=1) for tau in taus], axis=1))
     return fractions, np.stack([low, high])
 
 
@@ -218,7 +218,7 @@ def estimate_all(per_problem: pd.DataFrame, reference: str, *, reps: int, seed: 
                 for t, f, lo, hi in zip(taus, fractions, bands[0], bands[1])
             ]
     return tuple(
-        pd.DataFrame(rows, columns=COLUMNS[name])
+        pd.DataFrame(rows, columns=_COLUMNS[name])
         for name, rows in (("intervals", intervals), ("improvement", improvement), ("profiles", profiles))
     )
 
@@ -232,13 +232,13 @@ POOL_LABELS = {
 }
 
 
-def format_interval(point: float, low: float, high: float, *, latex: bool = False, digits: int = 3) -> str:
+def _format_interval(point: float, low: float, high: float, *, latex: bool = False, digits: int = 3) -> str:
     """0.6123, 0.58, 0.64 -> '0.612 [0.580, 0.640]'."""
     text = f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
     return f"${text}$" if latex else text
 
 
-def metric_name(metric: str, k) -> str:
+def _metric_name(metric: str, k) -> str:
     return POOL_LABELS.get(metric) or f"{metric.split('_at_')[0]}@{int(k)}"
 
 
@@ -297,19 +297,19 @@ def render_intervals(
     ref = method_label(reference)
     cells: dict[str, dict] = {}
     for row in table.itertuples():
-        label = method_label(row.method) if pool else f"{method_label(row.method)}: {metric_name(row.metric, row.k)}"
+        label = method_label(row.method) if pool else f"{method_label(row.method)}: {_metric_name(row.metric, row.k)}"
         cell = cells.setdefault(label, {})
         if pool:  # counts of vectors with two decimals
-            cell[(task_label(row.task), metric_name(row.metric, row.k))] = format_interval(
+            cell[(task_label(row.task), _metric_name(row.metric, row.k))] = _format_interval(
                 row.mean, row.mean_low, row.mean_high, latex=latex, digits=2 if row.metric == "nondominated" else 3
             )
             continue
-        cell[(task_label(row.task), "mean")] = format_interval(row.mean, row.mean_low, row.mean_high, latex=latex)
-        cell[(task_label(row.task), "IQM")] = format_interval(row.iqm, row.iqm_low, row.iqm_high, latex=latex)
+        cell[(task_label(row.task), "mean")] = _format_interval(row.mean, row.mean_low, row.mean_high, latex=latex)
+        cell[(task_label(row.task), "IQM")] = _format_interval(row.iqm, row.iqm_low, row.iqm_high, latex=latex)
         cell[(task_label(row.task), f"P({ref} > ·)")] = (
             "–"
             if pd.isna(row.improvement)
-            else format_interval(row.improvement, row.improvement_low, row.improvement_high, latex=latex)
+            else _format_interval(row.improvement, row.improvement_low, row.improvement_high, latex=latex)
         )
     seeds = "/".join(map(str, sorted(table.n_seeds.unique())))
     problems = ", ".join(f"{task_label(t)} {n}" for t, n in table.groupby("task", sort=False).n_problems.max().items())
@@ -362,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
         if not pool and not args.improvement:
             raise ValueError("--kind intervals needs --improvement (aggregate/improvement.csv)")
         rows = read_csv_table(args.intervals)
-        improvement = pd.DataFrame(columns=COLUMNS["improvement"]) if pool else read_csv_table(args.improvement)
+        improvement = pd.DataFrame(columns=_COLUMNS["improvement"]) if pool else read_csv_table(args.improvement)
         reference = improvement.method.iloc[0] if len(improvement) else "vpo"
         table = interval_table(
             rows,

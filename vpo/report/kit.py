@@ -29,7 +29,7 @@ METRIC_LABELS = {
 
 # Series that are not methods (bandit arms, k, weight samplers): the Okabe-Ito colours the methods use
 # least, each with its own line style and marker, in this order.
-SERIES_STYLES = [
+_SERIES_STYLES = [
     ("#000000", "-", "o"),
     ("#CC79A7", "--", "s"),
     ("#E69F00", "-.", "^"),
@@ -41,7 +41,7 @@ SERIES_STYLES = [
 
 def series_style(i: int) -> dict:
     """matplotlib keywords of the i-th non-method series."""
-    color, linestyle, marker = SERIES_STYLES[i % len(SERIES_STYLES)]
+    color, linestyle, marker = _SERIES_STYLES[i % len(_SERIES_STYLES)]
     return {"color": color, "ls": linestyle, "marker": marker}
 
 
@@ -57,10 +57,10 @@ def method_style(method: str) -> dict:
 
 
 FONT_PT = 9  # every text in a figure
-CAPTION_PT = 8  # the caption under a figure's legend (its scale and seeds)
+_CAPTION_PT = 8  # the caption under a figure's legend (its scale and seeds)
 TEXT_WIDTH_IN = 6.75  # a paper's text width: figures are at most FONT_PT / MIN_FONT_PT times wider
 MIN_FONT_PT = 7  # the smallest text once a figure is scaled to the text width
-PANEL_IN = (4.2, 3.4)  # a panel's width and height when the figure is not limited by the text width
+_PANEL_IN = (4.2, 3.4)  # a panel's width and height when the figure is not limited by the text width
 
 
 def use_figure_fonts() -> None:
@@ -95,8 +95,8 @@ def panel_grid(n_panels: int):
     use_figure_fonts()
     ncols = min(n_panels, 3)
     nrows = math.ceil(n_panels / ncols)
-    width = min(PANEL_IN[0] * ncols, max_width_in())
-    panel_height = PANEL_IN[1] * width / (PANEL_IN[0] * ncols)
+    width = min(_PANEL_IN[0] * ncols, max_width_in())
+    panel_height = _PANEL_IN[1] * width / (_PANEL_IN[0] * ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_height * nrows + 1.1), squeeze=False)
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
@@ -173,14 +173,14 @@ def finish(
     width_in, height_in = fig.get_size_inches()
     ncol = min(len(labels), max(2, int(width_in / 1.6)))  # a legend entry takes about 1.6 in
     legend_rows = math.ceil(len(labels) / ncol)
-    width = int(width_in * 72 / (0.55 * CAPTION_PT))  # characters per caption line
+    width = int(width_in * 72 / (0.55 * _CAPTION_PT))  # characters per caption line
     seeds = note or finish_default_note(n_seeds)
     scale = scale.strip().rstrip(".") + "." if scale else None  # a sentence, then the seeds' sentence
     if not re.match(r"[a-z] =", seeds):  # a sentence starts upper case; "m = 3 ..." keeps its symbol
         seeds = seeds[:1].upper() + seeds[1:]
     caption = textwrap.fill(" ".join(filter(None, [scale, seeds + "."])), width)
-    caption_in = (caption.count("\n") + 1) * 1.35 * CAPTION_PT / 72 + 0.08
-    fig.text(0.5, 0.04 / height_in, caption, ha="center", va="bottom", fontsize=CAPTION_PT, color="0.25")
+    caption_in = (caption.count("\n") + 1) * 1.35 * _CAPTION_PT / 72 + 0.08
+    fig.text(0.5, 0.04 / height_in, caption, ha="center", va="bottom", fontsize=_CAPTION_PT, color="0.25")
     line_in = 1.45 * FONT_PT / 72  # one line of legend text
     fig.legend(
         handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, caption_in / height_in)

@@ -13,7 +13,7 @@ from vpo.report.labels import method_label
 
 # the bandit's Pareto arms: colours no method of the table has (Paul Tol's muted set), so an arm is never
 # read as a method
-ARM_STYLES = [("#332288", "-", "o"), ("#999933", "--", "s"), ("#DDCC77", "-.", "^"), ("#661100", ":", "D")]
+_ARM_STYLES = [("#332288", "-", "o"), ("#999933", "--", "s"), ("#DDCC77", "-.", "^"), ("#661100", ":", "D")]
 
 
 def mechanism_bandit(*, bandit: pd.DataFrame, out):
@@ -28,7 +28,7 @@ def mechanism_bandit(*, bandit: pd.DataFrame, out):
         rows = table[table.method == method]
         for i, arm in enumerate(sorted(PARETO) + dominated):
             if arm in PARETO:  # each Pareto arm its own look; the dominated ones one thin grey look
-                color, ls, marker = ARM_STYLES[i % len(ARM_STYLES)]
+                color, ls, marker = _ARM_STYLES[i % len(_ARM_STYLES)]
                 style, lw = {"color": color, "ls": ls, "marker": marker}, 1.8
                 label = f"arm {arm} {tuple(float(v) for v in ARMS[arm])}, Pareto"
             else:

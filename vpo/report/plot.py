@@ -17,8 +17,8 @@ from vpo.atomic import atomic_file
 from vpo.data import read_csv_table
 from vpo.report.labels import use_variants
 
-PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
-TABLE_HELP = {
+_PNG_DPI = 150  # the HTML report's renderings (browsers show PNG where a PDF frame may stay blank)
+_TABLE_HELP = {
     "summary": "aggregate/summary.csv",
     "per_seed": "aggregate/per_seed.csv (each seed drawn when < 3)",
     "training": "aggregate/training_curves.csv (pool_diversity, advantage_draw_std per step)",
@@ -30,7 +30,7 @@ TABLE_HELP = {
     "profiles": "aggregate/profiles.csv",
     "per_problem": "aggregate/per_problem.csv (`vpo aggregate problems`)",
 }
-OPTION_HELP = {
+_OPTION_HELP = {
     "methods": "comma-separated methods (legend order)",
     "tasks": "comma-separated tasks (panel order)",
     "task": "the task",
@@ -39,8 +39,8 @@ OPTION_HELP = {
     "values": "JSON {method: the value its ablation varies (alpha, m)}: a panel against that value",
     "variants": "JSON {variant: {method, label}} of config.yaml `variants` (labels and looks)",
 }
-OPTIONAL = ("scale", "values", "variants")  # options a figure draws without
-LISTS = ("methods", "tasks")  # options given as comma-separated lists
+_OPTIONAL = ("scale", "values", "variants")  # options a figure draws without
+_LISTS = ("methods", "tasks")  # options given as comma-separated lists
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,10 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(stem, help=(figure.draw.__doc__ or stem).split("\n")[0].replace("%", "%%"))
         for name in figure.tables:
             p.add_argument(
-                f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional, help=TABLE_HELP[name]
+                f"--{name.replace('_', '-')}", dest=name, required=name not in figure.optional, help=_TABLE_HELP[name]
             )
         for name in figure.options:
-            p.add_argument(f"--{name}", required=name not in OPTIONAL, default=None, help=OPTION_HELP[name])
+            p.add_argument(f"--{name}", required=name not in _OPTIONAL, default=None, help=_OPTION_HELP[name])
         p.add_argument(
             "--out", required=True, nargs="+", help="figure files (.pdf, .png, .svg): one figure, each format"
         )
@@ -71,7 +71,7 @@ def draw(args: argparse.Namespace, out: str):
         if name == "variants":
             use_variants(value)
         else:
-            kwargs[name] = value.split(",") if name in LISTS else value
+            kwargs[name] = value.split(",") if name in _LISTS else value
     return figure.draw(out=out, **kwargs)
 
 
@@ -82,6 +82,6 @@ def run(args: argparse.Namespace) -> int:
     fig = draw(args, first)
     for path in others:  # the same figure in other formats (the workflow's PNG for the report)
         with atomic_file(path) as tmp:
-            fig.savefig(tmp, format=Path(path).suffix.lstrip("."), dpi=PNG_DPI)
+            fig.savefig(tmp, format=Path(path).suffix.lstrip("."), dpi=_PNG_DPI)
     plt.close(fig)
     return 0

@@ -14,10 +14,10 @@ import pandas as pd
 from vpo.atomic import write_text_atomic
 from vpo.report.labels import method_label, task_label
 
-LANDMARKS = (1, 2, 3, 5, 10, 15, 20, 25, 30)  # the k columns of a curve table (and the budget)
+_LANDMARKS = (1, 2, 3, 5, 10, 15, 20, 25, 30)  # the k columns of a curve table (and the budget)
 
 
-TIE_MARK = "†"  # tied for the lead: its ±1 standard error interval overlaps the leader's
+_TIE_MARK = "†"  # tied for the lead: its ±1 standard error interval overlaps the leader's
 
 
 def format_cell(mean: float, stderr: float, *, latex: bool = False, bold: bool = False, tie: bool = False) -> str:
@@ -27,7 +27,7 @@ def format_cell(mean: float, stderr: float, *, latex: bool = False, bold: bool =
     if latex:
         text = rf"\mathbf{{{text}}}" if bold else text
         return f"${text}$" + (r"$^\dagger$" if tie else "")
-    return (f"**{text}**" if bold else text) + (TIE_MARK if tie else "")
+    return (f"**{text}**" if bold else text) + (_TIE_MARK if tie else "")
 
 
 def lead_marks(means: list[float], stderrs: list[float]) -> tuple[list[bool], list[bool]]:
@@ -89,7 +89,7 @@ def cell_frame(cells: dict[str, dict]) -> pd.DataFrame:
     return frame
 
 
-LATEX_SPECIALS = {
+_LATEX_SPECIALS = {
     "\\": r"\textbackslash{}",
     "&": r"\&",
     "%": r"\%",
@@ -108,11 +108,11 @@ LATEX_SPECIALS = {
 }
 
 
-def escape_latex(text: str) -> str:
-    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+def _escape_latex(text: str) -> str:
+    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in str(text))
 
 
-HTML_STYLE = [  # readable without a stylesheet: rules between rows, centred numbers, the caption above
+_HTML_STYLE = [  # readable without a stylesheet: rules between rows, centred numbers, the caption above
     {"selector": "", "props": "border-collapse: collapse; font-family: sans-serif; font-size: 14px;"},
     {"selector": "caption", "props": "caption-side: top; text-align: left; padding-bottom: 8px; max-width: 60em;"},
     {"selector": "th, td", "props": "padding: 4px 10px; border-bottom: 1px solid #ccc; text-align: center;"},
@@ -130,16 +130,16 @@ def render(cells: pd.DataFrame, *, latex: bool, caption: str, html: bool = False
 
         bold = cells.map(lambda c: re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html_lib.escape(str(c))))
         styler = bold.style.format_index(html_lib.escape, axis=0).format_index(html_lib.escape, axis=1).hide(names=True)
-        styler = styler.set_caption(html_lib.escape(caption)).set_table_styles(HTML_STYLE).set_uuid("table")
+        styler = styler.set_caption(html_lib.escape(caption)).set_table_styles(_HTML_STYLE).set_uuid("table")
         return f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"></head><body>\n{styler.to_html()}</body></html>\n'
     if not latex:
         flat = cells.copy()
         if isinstance(flat.columns, pd.MultiIndex):
             flat.columns = [" ".join(c) for c in flat.columns]
         return f"{caption}\n\n" + flat.to_markdown(tablefmt="pipe", stralign="left", disable_numparse=True) + "\n"
-    styler = cells.style.format_index(escape_latex, axis=0).format_index(escape_latex, axis=1).hide(names=True)
+    styler = cells.style.format_index(_escape_latex, axis=0).format_index(_escape_latex, axis=1).hide(names=True)
     return styler.to_latex(
-        caption=escape_latex(caption),
+        caption=_escape_latex(caption),
         position="t",
         position_float="centering",
         hrules=True,
@@ -182,14 +182,14 @@ def render_main(table: pd.DataFrame, tasks: list[str], best_at: int, *, latex: b
         f"seed{'' if seeds == [1] else 's'}"
         f"{' (one seed: no standard error, no leader marked)' if seeds == [1] else ''}. "
         f"Bold: leads every other method by more than one standard error on each side; "
-        f"{TIE_MARK}: tied for the lead (intervals overlap)."
+        f"{_TIE_MARK}: tied for the lead (intervals overlap)."
     )
     return render(cell_frame(cells)[pd.MultiIndex.from_tuples(columns)], latex=latex, caption=caption, html=html)
 
 
 def render_curve(table: pd.DataFrame, task: str, metric: str, *, latex: bool, html: bool = False) -> str:
     budget = int(table.k.max())
-    ks = [k for k in LANDMARKS if k < budget] + [budget]
+    ks = [k for k in _LANDMARKS if k < budget] + [budget]
     name = {"best_at_k": "best@k", "pass_at_k": "pass@k"}.get(metric, metric)
     cells = {}
     for method, group in table.groupby("method", sort=False):

@@ -93,7 +93,7 @@ def evolve_table(curves: pd.DataFrame, methods: list[str], at: list[int]) -> pd.
     return pd.DataFrame(rows)
 
 
-def ablation_table(
+def _ablation_table(
     summary: pd.DataFrame, ablations: dict[str, list[str]], tasks: list[str], ks: list[int]
 ) -> pd.DataFrame:
     """One row per ablation, method and task: best@k at each of `ks` and pool diversity (mean, stderr)
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if args.table == "ablations":
         chosen = dict(spec.split("=", 1) for spec in args.ablation)
         ks = [int(k) for k in args.ks.split(",")]
-        table = ablation_table(
+        table = _ablation_table(
             read_csv_table(args.summary), {n: m.split(",") for n, m in chosen.items()}, args.tasks.split(","), ks
         )
         write_outputs(table, lambda **fmt: render_ablations(table, ks, **fmt), args.out)

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
-HELPER = str(Path(__file__).with_name("helper.py"))
+_HELPER = str(Path(__file__).with_name("helper.py"))
 PYTHON = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-PREFIX = os.path.realpath(sys.base_prefix)
+_PREFIX = os.path.realpath(sys.base_prefix)
 STDOUT_LIMIT = 1 << 20  # bytes of stdout kept; a program printing more is killed
-STDERR_LIMIT = 64 << 10  # bytes of stderr kept (the rest is drained and dropped)
+_STDERR_LIMIT = 64 << 10  # bytes of stderr kept (the rest is drained and dropped)
 Status = Literal["ok", "error", "timeout", "memory", "killed"]
 _warned: set[str] = set()
 
@@ -74,7 +74,7 @@ class RunResult:
     returncode: int | None  # exit code, or None when it ended on a signal or was killed
     signal: int | None  # the signal that ended it, if any
     stdout: str  # at most STDOUT_LIMIT bytes, decoded as UTF-8 with replacement
-    stderr: str  # at most STDERR_LIMIT bytes
+    stderr: str  # at most _STDERR_LIMIT bytes
     wall_s: float  # seconds from launch to the end of the run
     isolation: str  # what the machine allowed: "namespaces+uid", "namespaces", "uid" or "none"
     uid: int | None = None  # the private uid it ran under (as the machine sees it); None: the caller's
@@ -114,7 +114,7 @@ def _run(program: Program) -> RunResult:
         Path(job, "stdin").write_text(program.stdin, encoding="utf-8", errors="surrogatepass")
         spec = {
             "python": PYTHON,
-            "prefix": PREFIX,
+            "prefix": _PREFIX,
             "isolation": program.isolation,
             "cpu_s": math.ceil(program.timeout_s),
             "memory_mb": int(program.memory_mb),
@@ -127,7 +127,7 @@ def _run(program: Program) -> RunResult:
         }
         Path(job, "spec.json").write_text(json.dumps(spec))
         proc = subprocess.Popen(
-            [PYTHON, "-I", "-S", HELPER, job],
+            [PYTHON, "-I", "-S", _HELPER, job],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -172,7 +172,7 @@ def _run(program: Program) -> RunResult:
 def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bytes, bool, bool]:
     """Read stdout and stderr until both close or the deadline; stop early when stdout overflows."""
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    limit = {proc.stdout: STDOUT_LIMIT, proc.stderr: STDERR_LIMIT}
+    limit = {proc.stdout: STDOUT_LIMIT, proc.stderr: _STDERR_LIMIT}
     overflow = timed_out = False
     with selectors.DefaultSelector() as sel:
         for stream in kept:

@@ -53,7 +53,7 @@ WATCH_S = 0.02  # the memory watcher's period
 # ---- memory for the program as a whole ----
 
 
-def cgroup_parents():
+def _cgroup_parents():
     """(version, directory) where a memory cgroup may be made, nearest to this process first."""
     mounts = []
     with open("/proc/self/mountinfo") as fh:
@@ -93,9 +93,9 @@ def write(path, text):
         fh.write(text)
 
 
-def make_cgroup(limit):
+def _make_cgroup(limit):
     """A new memory cgroup capped at `limit` bytes: (version, path), or (None, None) where none can be made."""
-    for version, parent in cgroup_parents():
+    for version, parent in _cgroup_parents():
         path = os.path.join(parent, f"vpo-sandbox-{os.getpid()}")
         try:
             os.mkdir(path)
@@ -112,11 +112,11 @@ def make_cgroup(limit):
                     write(os.path.join(path, name), str(value))
             return version, path
         except OSError:
-            remove_cgroup(path)
+            _remove_cgroup(path)
     return None, None
 
 
-def cgroup_fired(version, path):
+def _cgroup_fired(version, path):
     """Whether the kernel killed a process of the cgroup for memory."""
     name = "memory.events" if version == 2 else "memory.oom_control"
     counts = dict(line.split() for line in read(os.path.join(path, name)).splitlines() if len(line.split()) == 2)
@@ -125,7 +125,7 @@ def cgroup_fired(version, path):
     return version == 1 and read(os.path.join(path, "memory.failcnt")).strip() not in ("", "0")
 
 
-def remove_cgroup(path, wait_s=2.0):
+def _remove_cgroup(path, wait_s=2.0):
     """Kill what is left in the cgroup and remove it (a process takes a moment to leave it)."""
     deadline = time.monotonic() + wait_s
     while os.path.isdir(path) and time.monotonic() < deadline:
@@ -149,7 +149,7 @@ def resident(pids):
 # ---- the program ----
 
 
-def set_limits(spec):
+def _set_limits(spec):
     seconds = int(spec["cpu_s"])
     for name, value in (
         ("RLIMIT_CPU", (seconds, seconds + 1)),
@@ -163,7 +163,7 @@ def set_limits(spec):
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
-def run_child(spec, job, code, stdin_fd, namespaces, uid, ready_fd):
+def _run_child(spec, job, code, stdin_fd, namespaces, uid, ready_fd):
     """In the forked child: wait until the helper has put it in its memory cgroup, finish isolating,
     then exec the interpreter on main.py."""
     os.read(ready_fd, 1)
@@ -176,7 +176,7 @@ def run_child(spec, job, code, stdin_fd, namespaces, uid, ready_fd):
         os.chown(box, uid, uid)
         os.chown(main, uid, uid)
     os.chdir(box)
-    set_limits(spec)
+    _set_limits(spec)
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
@@ -205,7 +205,7 @@ def descendants(root):
     return found
 
 
-def kill_descendants():
+def _kill_descendants():
     """Without a PID namespace: SIGKILL everything below the helper (orphans are reparented to it)."""
     for _ in range(50):
         pids = descendants(os.getpid())
@@ -251,7 +251,7 @@ def main():
         code = fh.read()
     stdin_fd = os.open(os.path.join(job, "stdin"), os.O_RDONLY)
     limit = spec["memory_mb"] << 20
-    version, cgroup = make_cgroup(limit) if spec.get("memory_cap", "auto") == "auto" else (None, None)
+    version, cgroup = _make_cgroup(limit) if spec.get("memory_cap", "auto") == "auto" else (None, None)
     namespaces = spec["isolation"] == "auto" and isolation.enter_namespaces()
     uid = isolation.private_uid(spec["prefix"], namespaces) if spec["isolation"] != "none" else None
     if not namespaces:
@@ -261,7 +261,7 @@ def main():
     if child == 0:
         try:
             os.close(ready_w)
-            run_child(spec, job, code, stdin_fd, namespaces, uid, ready_r)
+            _run_child(spec, job, code, stdin_fd, namespaces, uid, ready_r)
         except BaseException as err:  # the setup failed: say so on the program's stderr
             os.write(2, f"vpo sandbox: setup failed: {err!r}\n".encode())
         os._exit(126)
@@ -269,7 +269,7 @@ def main():
         try:
             write(os.path.join(cgroup, "cgroup.procs"), str(child))
         except OSError:
-            remove_cgroup(cgroup)
+            _remove_cgroup(cgroup)
             version = cgroup = None
     cap = f"cgroup{version}" if cgroup else "watcher"
     with open(os.path.join(job, "isolation.json"), "w") as fh:
@@ -280,21 +280,21 @@ def main():
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)  # reaped here: an orphaned zombie may never be reaped in a container
         if not namespaces:
-            kill_descendants()
+            _kill_descendants()
         if cgroup:
-            remove_cgroup(cgroup)
+            _remove_cgroup(cgroup)
         os._exit(137)
 
     signal.signal(signal.SIGTERM, stop)
     if cgroup:
-        status, fired = wait_capped(child, lambda: cgroup_fired(version, cgroup))
+        status, fired = wait_capped(child, lambda: _cgroup_fired(version, cgroup))
     else:
         status, fired = wait_capped(child, lambda: resident(descendants(os.getpid())) > limit)
     if not namespaces:
-        kill_descendants()
+        _kill_descendants()
     if cgroup:
-        fired = fired or cgroup_fired(version, cgroup)
-        remove_cgroup(cgroup)
+        fired = fired or _cgroup_fired(version, cgroup)
+        _remove_cgroup(cgroup)
     with open(os.path.join(job, "exit.json"), "w") as fh:
         json.dump(
             {

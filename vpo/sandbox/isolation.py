@@ -10,11 +10,11 @@ import stat
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
-MNT_DETACH = 2
+_MNT_DETACH = 2
 SYS_PIVOT_ROOT, SYS_MOUNT_SETATTR, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 155, 442, 0x8000, 0x1
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the dynamic loader's paths
-DEVICES = ("null", "zero", "full", "random", "urandom")
-BOX = "/tmp/box"  # the program's working directory inside its own root
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the dynamic loader's paths
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_BOX = "/tmp/box"  # the program's working directory inside its own root
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -57,7 +57,7 @@ def private_uid(prefix, namespaces):
     when not root, or when, without namespaces, that uid could not reach the interpreter."""
     if os.geteuid() != 0 or not os.path.exists("/proc/self/uid_map"):
         return None
-    if not namespaces and any(not os.stat(a).st_mode & stat.S_IXOTH for a in ancestors(prefix)):
+    if not namespaces and any(not os.stat(a).st_mode & stat.S_IXOTH for a in _ancestors(prefix)):
         return None
     candidate = 1_000_000_000 + os.getpid()
     with open("/proc/self/uid_map") as fh:
@@ -68,10 +68,10 @@ def private_uid(prefix, namespaces):
     return None
 
 
-def runtime_paths(spec):
+def _runtime_paths(spec):
     """What the interpreter needs, as real paths: the system's library and program directories, its
     prefix, and the directory of every shared library this process (the same interpreter) has mapped."""
-    paths = [d for d in SYSTEM_DIRS if os.path.lexists(d)] + [spec["prefix"], os.path.dirname(spec["python"])]
+    paths = [d for d in _SYSTEM_DIRS if os.path.lexists(d)] + [spec["prefix"], os.path.dirname(spec["python"])]
     with open("/proc/self/maps") as fh:
         mapped = {line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6}
     paths += [os.path.dirname(f) for f in mapped if f.startswith("/") and ".so" in os.path.basename(f)]
@@ -92,7 +92,7 @@ def seal_mounts(work, spec):
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     exposed = []
-    for path in sorted(set(runtime_paths(spec)), key=len):
+    for path in sorted(set(_runtime_paths(spec)), key=len):
         if under(path, exposed) or not os.path.lexists(path):
             continue
         target = work + path
@@ -108,29 +108,29 @@ def seal_mounts(work, spec):
         mount(real, target, None, MS_BIND | MS_REC)
         exposed.append(path)
     os.makedirs(work + "/dev", mode=0o755)
-    for name in DEVICES:
+    for name in _DEVICES:
         if os.path.exists(f"/dev/{name}"):
             open(f"{work}/dev/{name}", "w").close()
             mount(f"/dev/{name}", f"{work}/dev/{name}", None, MS_BIND)
     for path in spec.get("hide", []):
         if under(path, exposed) and os.path.isdir(work + path):
             mount("tmpfs", work + path, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
-    for directory in ("/proc", BOX, "/.old"):
+    for directory in ("/proc", _BOX, "/.old"):
         os.makedirs(work + directory, mode=0o755, exist_ok=True)
-    mount("tmpfs", work + BOX, "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec['tmpfs_mb']}m,mode=0700")
+    mount("tmpfs", work + _BOX, "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec['tmpfs_mb']}m,mode=0700")
     # before the old root goes: a user namespace may mount a proc only while a full one is visible
     mount("proc", work + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     check(libc.syscall(SYS_PIVOT_ROOT, work.encode(), (work + "/.old").encode()), "pivot_root")
     os.chdir("/")
-    check(libc.umount2(b"/.old", MNT_DETACH), "detach the old root")
+    check(libc.umount2(b"/.old", _MNT_DETACH), "detach the old root")
     os.rmdir("/.old")
     attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)  # struct mount_attr {set, clr, propagation, userns_fd}
     check(libc.syscall(SYS_MOUNT_SETATTR, -100, b"/", AT_RECURSIVE, ctypes.byref(attr), 32), "read-only mounts")
     attr = (ctypes.c_uint64 * 4)(0, MOUNT_ATTR_RDONLY, 0, 0)
-    check(libc.syscall(SYS_MOUNT_SETATTR, -100, BOX.encode(), 0, ctypes.byref(attr), 32), "writable working dir")
-    return BOX
+    check(libc.syscall(SYS_MOUNT_SETATTR, -100, _BOX.encode(), 0, ctypes.byref(attr), 32), "writable working dir")
+    return _BOX
 
 
-def ancestors(path):
+def _ancestors(path):
     parts = path.strip("/").split("/")
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]

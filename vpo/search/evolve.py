@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 
 # ---- one cell ---------------------------------------------------------------------------------
-def model_fingerprint(model_dir: Path) -> list:
+def _model_fingerprint(model_dir: Path) -> list:
     """What identifies a model directory's contents cheaply: its files' names, sizes and times."""
     return sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in Path(model_dir).iterdir() if p.is_file())
 
@@ -85,13 +85,13 @@ def search_cell(
 
     t0 = time.time()
     settings = EvolveSettings.from_config(cfg)
-    task, rows, sampling, m = cell_problems(cfg, task_name, method_name, data_dir, hardest)
+    task, rows, sampling, m = _cell_problems(cfg, task_name, method_name, data_dir, hardest)
     out_dir = Path(out)
     reset_state(
         out_dir,
         {
             "model": str(Path(model).resolve()),
-            "files": model_fingerprint(Path(model)),
+            "files": _model_fingerprint(Path(model)),
             "settings": settings_digest([asdict(settings), sampling, m]),
             "problems": list(rows),
             "train_seed": train_seed,
@@ -100,7 +100,7 @@ def search_cell(
     model_name = f"{task_name}-{method_name}-seed{train_seed}"
     results = []
     max_tokens = int(sampling["max_new_tokens"])
-    with serve_model(model, model_name, backend=backend, seed=train_seed, max_tokens=max_tokens) as (url, api_key):
+    with _serve_model(model, model_name, backend=backend, seed=train_seed, max_tokens=max_tokens) as (url, api_key):
         for i, problem in enumerate(rows):
             log.info("problem %d/%d (test index %d)", i + 1, len(rows), problem)
             results.append(
@@ -117,7 +117,7 @@ def search_cell(
                     m=m,
                 )
             )
-    write_scores(out_dir / "scores.parquet", results)
+    _write_scores(out_dir / "scores.parquet", results)
     summary = {
         "task": task_name,
         "method": method_name,
@@ -137,7 +137,7 @@ def search_cell(
     return summary
 
 
-def cell_problems(cfg: dict, task_name: str, method_name: str, data_dir: str, hardest: str):
+def _cell_problems(cfg: dict, task_name: str, method_name: str, data_dir: str, hardest: str):
     """(task, {test index: the problem's row as the method's evaluation prompts it}, sampling, m) of a
     cell's search: the problems `hardest` names, in its order."""
 
@@ -162,7 +162,7 @@ def cell_problems(cfg: dict, task_name: str, method_name: str, data_dir: str, ha
     return task, {p: prepare_row(rows[p], shown, m, eval_seed, alpha=alpha) for p in chosen}, sampling, m
 
 
-def write_scores(path: Path, results: list[dict]) -> None:
+def _write_scores(path: Path, results: list[dict]) -> None:
     """scores.parquet: (problem, iteration, best_score, solved) of every problem's curve."""
     import pandas as pd
 
@@ -171,7 +171,7 @@ def write_scores(path: Path, results: list[dict]) -> None:
         frame.to_parquet(tmp, index=False)
 
 
-def serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tokens: int):
+def _serve_model(model: str, model_name: str, *, backend: str, seed: int, max_tokens: int):
     """A context manager yielding the base URL of an OpenAI-compatible server for the model and the
     API key (bearer token) it requires."""
     import contextlib

@@ -39,8 +39,8 @@ from vpo.generate import SamplingSettings
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
-MAX_BODY_BYTES = 4 << 20  # a chat request of the search is a few kB; 413 beyond this
-MAX_SEED = 2**63 - 1  # torch.manual_seed's range
+_MAX_BODY_BYTES = 4 << 20  # a chat request of the search is a few kB; 413 beyond this
+_MAX_SEED = 2**63 - 1  # torch.manual_seed's range
 
 
 def free_port() -> int:
@@ -72,7 +72,7 @@ def _integer(body: dict, key: str, default: int, lowest: int, highest: int) -> i
     return value
 
 
-def sampling_from_request(body: dict, *, max_tokens_cap: int):
+def _sampling_from_request(body: dict, *, max_tokens_cap: int):
     """The `SamplingSettings` of one chat-completions request body (OpenAI field names); RequestError
     naming the field for anything else than the numbers the API allows."""
 
@@ -87,13 +87,13 @@ def sampling_from_request(body: dict, *, max_tokens_cap: int):
             temperature=_number(body, "temperature", 1.0),
             top_p=_number(body, "top_p", 1.0),
             max_new_tokens=min(max_tokens, max_tokens_cap),
-            seed=_integer(body, "seed", 0, 0, MAX_SEED),
+            seed=_integer(body, "seed", 0, 0, _MAX_SEED),
         )
     except ValueError as err:  # SamplingSettings' own range checks
         raise RequestError(str(err)) from None
 
 
-def conversation_from_request(body: dict) -> list[dict]:
+def _conversation_from_request(body: dict) -> list[dict]:
     """The request's messages as {role, content} dicts; empty system messages are dropped (the
     project's models were trained on user turns alone, and OpenEvolve always sends a system turn)."""
     if not isinstance(body, dict):
@@ -114,7 +114,7 @@ def conversation_from_request(body: dict) -> list[dict]:
     return out
 
 
-class DeadlineReader(io.RawIOBase):
+class _DeadlineReader(io.RawIOBase):
     """A connection's reads for http.server: the wait for a request's first byte is bounded by `idle_s`;
     from that byte on, the rest of its headers and body must arrive within `request_s` in all."""
 
@@ -144,7 +144,7 @@ class DeadlineReader(io.RawIOBase):
         self.deadline = None
 
 
-class PooledHTTPServer(HTTPServer):
+class _PooledHTTPServer(HTTPServer):
     """An HTTP server whose connections are handled by a fixed pool of threads, each connection handed to a
     worker only once its first byte is in: until then it waits in the serving thread's selector, closed after
     `app.idle_timeout_s` (or, beyond `MAX_WAITING`, when newer ones arrive). Idle connections hold no worker:
@@ -216,14 +216,14 @@ class PooledHTTPServer(HTTPServer):
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-class ChatHandler(BaseHTTPRequestHandler):
+class _ChatHandler(BaseHTTPRequestHandler):
     """The chat-completions endpoint of `server.app` (a LoopbackServer): one connection's requests."""
 
     def setup(self):
         app = self.server.app
         self.timeout = app.idle_timeout_s  # the socket's (writes): an idle or slow client is dropped
         super().setup()
-        self.reader = DeadlineReader(self.connection, app.idle_timeout_s, app.request_timeout_s)
+        self.reader = _DeadlineReader(self.connection, app.idle_timeout_s, app.request_timeout_s)
         self.rfile = io.BufferedReader(self.reader)
 
     def handle_one_request(self):
@@ -324,7 +324,7 @@ class LoopbackServer:
         model_name: str,
         *,
         max_tokens_cap: int,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        max_body_bytes: int = _MAX_BODY_BYTES,
         workers: int = 8,
         idle_timeout_s: float = 30.0,
         request_timeout_s: float = 5.0,
@@ -335,7 +335,7 @@ class LoopbackServer:
         self.token = secrets.token_urlsafe(32)
         self.requests = 0
         self._lock = threading.Lock()
-        self._httpd: PooledHTTPServer | None = None
+        self._httpd: _PooledHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -345,8 +345,8 @@ class LoopbackServer:
 
     def complete(self, body: dict) -> dict:
         """One chat completion (the JSON the server answers with)."""
-        sampling = sampling_from_request(body, max_tokens_cap=self.max_tokens_cap)
-        conversation = conversation_from_request(body)
+        sampling = _sampling_from_request(body, max_tokens_cap=self.max_tokens_cap)
+        conversation = _conversation_from_request(body)
         tokenizer = self.backend.tokenizer
         with self._lock:
             text = self.backend.generate([conversation], 1, sampling)[0][0]
@@ -374,7 +374,7 @@ class LoopbackServer:
         }
 
     def __enter__(self) -> "LoopbackServer":
-        self._httpd = PooledHTTPServer((HOST, 0), ChatHandler, workers=self.workers, app=self)
+        self._httpd = _PooledHTTPServer((HOST, 0), _ChatHandler, workers=self.workers, app=self)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
         self._thread.start()
         log.info("model server for %s at %s", self.model_name, self.url)

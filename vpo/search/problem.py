@@ -54,14 +54,14 @@ class EvolveSettings:
         return settings
 
 
-PARENT_SECTION = "A previous answer (fitness {fitness_score}):\n{current_program}\n\n"
+_PARENT_SECTION = "A previous answer (fitness {fitness_score}):\n{current_program}\n\n"
 
 
 def user_template(problem_prompt: str, *, parent_in_prompt: bool) -> str:
     """OpenEvolve's full-rewrite user message: (the parent and its fitness, then) the problem's own
     prompt, last, so the model answers it as it was trained to (braces escaped for str.format)."""
     escaped = problem_prompt.replace("{", "{{").replace("}", "}}")
-    return (PARENT_SECTION if parent_in_prompt else "") + escaped
+    return (_PARENT_SECTION if parent_in_prompt else "") + escaped
 
 
 def openevolve_config(
@@ -135,7 +135,7 @@ def openevolve_config(
     }
 
 
-def last_checkpoint(output_dir: Path) -> tuple[int, Path | None]:
+def _last_checkpoint(output_dir: Path) -> tuple[int, Path | None]:
     """(iteration, directory) of the newest complete OpenEvolve checkpoint (metadata.json is written last)."""
     found = [
         (int(p.name.split("_")[-1]), p)
@@ -145,7 +145,7 @@ def last_checkpoint(output_dir: Path) -> tuple[int, Path | None]:
     return max(found) if found else (0, None)
 
 
-def read_records(path: Path, through: int | None = None) -> dict[int, dict]:
+def _read_records(path: Path, through: int | None = None) -> dict[int, dict]:
     """iteration -> record of an OpenEvolve trace file (JSON lines; the last record of an iteration
     wins, as a resumed run repeats the iterations after its checkpoint; a line cut by a kill is skipped)."""
     out: dict[int, dict] = {}
@@ -159,14 +159,14 @@ def read_records(path: Path, through: int | None = None) -> dict[int, dict]:
     return out
 
 
-def keep_through(path: Path, iteration: int) -> None:
+def _keep_through(path: Path, iteration: int) -> None:
     """Drop what a killed run traced after its last checkpoint (the resumed run redoes it)."""
 
     if path.is_file():
-        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in read_records(path, iteration).values()))
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in _read_records(path, iteration).values()))
 
 
-NO_PROGRAM = "No valid code found"  # OpenEvolve's error when a response holds nothing to keep
+_NO_PROGRAM = "No valid code found"  # OpenEvolve's error when a response holds nothing to keep
 
 
 def best_so_far(initial: dict, by_iteration: dict[int, dict], iterations: int) -> list[dict]:
@@ -180,7 +180,7 @@ def best_so_far(initial: dict, by_iteration: dict[int, dict], iterations: int) -
     return rows
 
 
-START_PROGRAM = ""  # every search starts from the empty program (score 0): the hardest problems are unsolved
+_START_PROGRAM = ""  # every search starts from the empty program (score 0): the hardest problems are unsolved
 
 
 def search_problem(
@@ -202,14 +202,16 @@ def search_problem(
     if done.is_file():
         return json.loads(done.read_text())
     server = {"url": url, "api_key": api_key, "model_name": model_name, "sampling": sampling}
-    initial, config = prepare_problem(problem_dir, row=row, settings=settings, server=server, seed=seed, task=task, m=m)
-    checkpointed = run_openevolve(problem_dir, initial, config, settings, task=task, m=m)
-    result = problem_result(problem_dir, row, settings, checkpointed, seed=seed, task=task, m=m)
+    initial, config = _prepare_problem(
+        problem_dir, row=row, settings=settings, server=server, seed=seed, task=task, m=m
+    )
+    checkpointed = _run_openevolve(problem_dir, initial, config, settings, task=task, m=m)
+    result = _problem_result(problem_dir, row, settings, checkpointed, seed=seed, task=task, m=m)
     write_json_atomic(done, result)
     return result
 
 
-def prepare_problem(
+def _prepare_problem(
     problem_dir: Path, *, row: dict, settings: EvolveSettings, server: dict, seed: int, task, m: int
 ) -> tuple[Path, dict]:
     """Write what OpenEvolve reads for one problem (its ground truth, the user template, the starting
@@ -227,7 +229,7 @@ def prepare_problem(
         user_template(row["prompt"][-1]["content"], parent_in_prompt=settings.parent_in_prompt),
     )
     suffix = ".py" if task.program_language == "python" else ".txt"
-    initial = write_text_atomic(problem_dir / f"initial{suffix}", START_PROGRAM)
+    initial = write_text_atomic(problem_dir / f"initial{suffix}", _START_PROGRAM)
     config = openevolve_config(
         settings,
         **server,
@@ -246,7 +248,7 @@ def prepare_problem(
     return initial, config
 
 
-def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: EvolveSettings, *, task, m: int) -> int:
+def _run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: EvolveSettings, *, task, m: int) -> int:
     """OpenEvolve's iterations after the problem's last checkpoint (none when it has them all); returns
     the iteration of that checkpoint. A search in which the model never gave a program ends quietly."""
     from openevolve import OpenEvolve
@@ -254,9 +256,9 @@ def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: Evo
     from openevolve.controller import EvolutionFailedError
 
     trace, failures, output_dir = problem_dir / TRACE, problem_dir / FAILURES, problem_dir / "openevolve"
-    checkpointed, checkpoint = last_checkpoint(output_dir)
+    checkpointed, checkpoint = _last_checkpoint(output_dir)
     for path in (trace, failures):
-        keep_through(path, checkpointed)
+        _keep_through(path, checkpointed)
     if checkpointed >= settings.iterations:
         return checkpointed
     log.info(
@@ -280,22 +282,22 @@ def run_openevolve(problem_dir: Path, initial: Path, config: dict, settings: Evo
             )
         )
     except EvolutionFailedError as err:  # no program at all: fine if the model answered with nothing usable
-        errors = [r.get("error") or "" for r in read_records(failures).values()]
-        if not errors or not all(NO_PROGRAM in e for e in errors):
+        errors = [r.get("error") or "" for r in _read_records(failures).values()]
+        if not errors or not all(_NO_PROGRAM in e for e in errors):
             raise RuntimeError(
                 f"problem {problem_dir.name}: the search got no program from the model server ({err})"
             ) from err
     return checkpointed
 
 
-def problem_result(
+def _problem_result(
     problem_dir: Path, row: dict, settings: EvolveSettings, checkpointed: int, *, seed: int, task, m: int
 ) -> dict:
     """One problem's result from its traces: the best score so far at each iteration, when it was
     solved, and how many programs the task's scorer raised on."""
 
-    programs, failed = read_records(problem_dir / TRACE), read_records(problem_dir / FAILURES)
-    start_score = score_program(task.name, START_PROGRAM, row["reward_model"]["ground_truth"], m)
+    programs, failed = _read_records(problem_dir / TRACE), _read_records(problem_dir / FAILURES)
+    start_score = score_program(task.name, _START_PROGRAM, row["reward_model"]["ground_truth"], m)
     curve = best_so_far(
         start_score, {t: r.get("child_metrics") or {} for t, r in programs.items()}, settings.iterations
     )

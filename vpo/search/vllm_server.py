@@ -29,7 +29,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def wait_until_serving(url: str, *, timeout_s: float, token: str, process: subprocess.Popen | None = None) -> None:
+def _wait_until_serving(url: str, *, timeout_s: float, token: str, process: subprocess.Popen | None = None) -> None:
     """Poll `url`/models (with the bearer token) until it answers; fail early if `process` exits first."""
     deadline = time.time() + timeout_s
     request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {token}"})
@@ -83,7 +83,7 @@ def vllm_server(
     process = subprocess.Popen(command, preexec_fn=_die_with_parent, env={**os.environ, "VLLM_API_KEY": token})
     url = f"http://{HOST}:{port}/v1"
     try:
-        wait_until_serving(url, timeout_s=startup_timeout_s, token=token, process=process)
+        _wait_until_serving(url, timeout_s=startup_timeout_s, token=token, process=process)
         log.info("vLLM server for %s at %s (pid %d)", model_name, url, process.pid)
         yield url, token
     finally:

@@ -40,9 +40,9 @@ from vpo.rollouts import as_matrix
 from vpo.task import resolve
 
 log = logging.getLogger("vpo.trl_ext.run")
-CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 RECORD = "record.json"  # the run's provenance, written into a TRL checkpoint once it is complete
-ESTIMATOR_STATE = "estimator_rng.json"  # the estimator's numpy generator at the checkpoint
+_ESTIMATOR_STATE = "estimator_rng.json"  # the estimator's numpy generator at the checkpoint
 
 
 def resumable(root: Path, record: dict) -> Path | None:
@@ -56,7 +56,7 @@ def resumable(root: Path, record: dict) -> Path | None:
         aside = set_aside(root)
         log.warning("starting from step 0: the checkpointed run had finished; old checkpoints moved to %s", aside)
         return None
-    found = sorted((int(m.group(1)), p) for p in root.glob("checkpoint-*") if (m := CHECKPOINT_DIR.match(p.name)))
+    found = sorted((int(m.group(1)), p) for p in root.glob("checkpoint-*") if (m := _CHECKPOINT_DIR.match(p.name)))
     for _, path in reversed(found):
         try:
             stored = json.loads((path / RECORD).read_text())
@@ -66,7 +66,7 @@ def resumable(root: Path, record: dict) -> Path | None:
             why = f"{path.name} was made by other settings, data, base model or method"
             log.warning("starting from step 0: %s; old checkpoints moved to %s", why, set_aside(root))
             return None
-        damage = f"{path / RECORD} is missing or cut off" if stored is None else checkpoint_damage(path)
+        damage = f"{path / RECORD} is missing or cut off" if stored is None else _checkpoint_damage(path)
         if damage is None:
             return path
         aside = path.with_name(f"damaged-{path.name}")  # out of TRL's checkpoint-* names: never resumed or rotated
@@ -79,7 +79,7 @@ def resumable(root: Path, record: dict) -> Path | None:
     return None
 
 
-def checkpoint_damage(path: Path) -> str | None:
+def _checkpoint_damage(path: Path) -> str | None:
     """What keeps a TRL checkpoint from being resumed (the file, and why), or None: every file a resume reads
     is read here, the way TRL's Trainer reads it."""
     import torch
@@ -89,7 +89,7 @@ def checkpoint_damage(path: Path) -> str | None:
     readers = {
         "config.json": lambda f: json.loads(f.read_text()),
         "trainer_state.json": lambda f: json.loads(f.read_text()),
-        ESTIMATOR_STATE: lambda f: json.loads(f.read_text()),
+        _ESTIMATOR_STATE: lambda f: json.loads(f.read_text()),
         "model.safetensors": load_file,
         "optimizer.pt": lambda f: torch.load(f, map_location="cpu", weights_only=True),
         "scheduler.pt": lambda f: torch.load(f, weights_only=True),
@@ -107,7 +107,7 @@ def checkpoint_damage(path: Path) -> str | None:
     return None
 
 
-def step_record(batch: dict, logs: list[dict], *, step: int, objectives, settings) -> dict:
+def _step_record(batch: dict, logs: list[dict], *, step: int, objectives, settings) -> dict:
     """The metrics.jsonl record of RL step `step`: the generation batch's (from EstimatorGRPOTrainer's
     `last_batch`) and the mean of its optimizer steps' TRL logs."""
     results = batch["results"]
@@ -153,13 +153,13 @@ def train_trl(spec: RunSpec) -> TrainResult:
     record = run_record(spec, m, "trl")
     latest = resumable(root, record) if root.is_dir() else None
     per_step = cfg.ppo_mini_batches  # optimizer steps per RL step
-    start_step = 0 if latest is None else int(CHECKPOINT_DIR.match(latest.name).group(1)) // per_step
+    start_step = 0 if latest is None else int(_CHECKPOINT_DIR.match(latest.name).group(1)) // per_step
     out.mkdir(parents=True, exist_ok=True)
     truncate_metrics(metrics_path, start_step)
 
-    trainer, tokenizer = build_trainer(spec, method, m, base, root)
+    trainer, tokenizer = _build_trainer(spec, method, m, base, root)
     if latest is not None:
-        trainer.estimator_rng.bit_generator.state = json.loads((latest / ESTIMATOR_STATE).read_text())
+        trainer.estimator_rng.bit_generator.state = json.loads((latest / _ESTIMATOR_STATE).read_text())
         log.warning("resuming %s from %s (step %d)", out, latest.name, start_step)
     objectives = resolve(spec.task).objective_names
     progress = Progress(cfg.steps, "step", start_done=start_step)
@@ -178,7 +178,7 @@ def train_trl(spec: RunSpec) -> TrainResult:
             if state.global_step % per_step:
                 return
             step = state.global_step // per_step
-            row = step_record(trainer.last_batch, self.logs, step=step, objectives=objectives, settings=cfg)
+            row = _step_record(trainer.last_batch, self.logs, step=step, objectives=objectives, settings=cfg)
             row.update(step_s=round(time.time() - self.t_step, 4), wall_time_s=round(time.time() - t_run, 4))
             with open(metrics_path, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -187,7 +187,7 @@ def train_trl(spec: RunSpec) -> TrainResult:
 
         def on_save(self, args, state, control, **kwargs):
             saved = root / f"checkpoint-{state.global_step}"
-            (saved / ESTIMATOR_STATE).write_text(json.dumps(trainer.estimator_rng.bit_generator.state))
+            (saved / _ESTIMATOR_STATE).write_text(json.dumps(trainer.estimator_rng.bit_generator.state))
             (saved / RECORD).write_text(json.dumps(record))
 
     trainer.add_callback(Recorder())
@@ -205,7 +205,7 @@ def train_trl(spec: RunSpec) -> TrainResult:
     return trained_in_process(spec, start_step, t_run)
 
 
-def build_trainer(spec, method, m: int, base: Path, root: Path):
+def _build_trainer(spec, method, m: int, base: Path, root: Path):
     """(TRL trainer, tokenizer) of a cell: the base model and its tokenizer (left padding), the local
     trainer's settings as TRL's arguments, checkpoints every `checkpoint_every` RL steps under `root`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -52,16 +52,16 @@ class CellCommand:
         return f"{env} {shlex.join(self.argv)}"
 
 
-def model_billions(model: str) -> float | None:
+def _model_billions(model: str) -> float | None:
     """Parameter count in billions read from a model name ('Qwen/Qwen3-8B' -> 8.0), else None."""
     found = re.findall(r"(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", Path(str(model)).name)
     return float(found[-1]) if found else None
 
 
-def choose_batch_preset(settings: VerlSettings, model: str, gpus: int) -> tuple[str, BatchPreset]:
+def _choose_batch_preset(settings: VerlSettings, model: str, gpus: int) -> tuple[str, BatchPreset]:
     name = settings.batch_preset
     if name == "auto":
-        size = model_billions(model)
+        size = _model_billions(model)
         name = "smoke_1gpu" if gpus == 1 else ("7b_8b" if size is not None and size >= 6 else "up_to_4b")
     if name not in settings.batch_presets:
         raise PreflightError(f"verl.batch_preset {name!r} is not one of {sorted(settings.batch_presets)} (or auto)")
@@ -100,11 +100,11 @@ def _quoted(text: str) -> str:
 # On CPU (verl.device: cpu): the platform and rollout of vpo/verl_ext/cpu, one worker, Ray's pools fed
 # with fake GPU slots, one TransferQueue storage unit (more stall on 2 cores), no flash attention or
 # remove-padding kernels. Facts and veRL line numbers: verl/README.md, "CPU mode".
-CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}  # cuda: veRL's FSDP engine, which runs on CPU
+_CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}  # cuda: veRL's FSDP engine, which runs on CPU
 # Ray's raylet starts one idle worker per logical CPU (9 here) when the driver connects, more than the
 # job's few actors take: tests/test_verl_cpu_run.py's two runs used 203 CPU seconds with them, 193 without
 # (164 s against 154 s, one run each). The raylet reads this from the driver's environment.
-RAY_CPU_ENV = {"RAY_prestart_worker_first_driver": "0"}
+_RAY_CPU_ENV = {"RAY_prestart_worker_first_driver": "0"}
 
 
 def cpu_overrides(gpus: int) -> list[str]:
@@ -147,13 +147,13 @@ def build_command(
     model = str(model or tset["model"])
     if model.startswith(("~", ".", "/")) or Path(model).expanduser().exists():  # a local directory
         model = str(Path(model).expanduser().resolve())
-    preset_name, batch = choose_batch_preset(settings, model, gpus)
+    preset_name, batch = _choose_batch_preset(settings, model, gpus)
     estimator = estimator_for_method(method)
     train_file, test_file = data_dir / "train.parquet", data_dir / "test.parquet"
-    overrides = run_overrides(
+    overrides = _run_overrides(
         cfg, task, method, seed, model, batch, estimator, (train_file, test_file)
-    ) + trainer_overrides(settings, tset, task, method, seed, gpus, out_dir)
-    env = job_env(cfg, task, method, seed, out_dir)
+    ) + _trainer_overrides(settings, tset, task, method, seed, gpus, out_dir)
+    env = _job_env(cfg, task, method, seed, out_dir)
     for key in (
         "VERL_USE_EXTERNAL_MODULES",
         "VERL_FILE_LOGGER_PATH",
@@ -168,8 +168,8 @@ def build_command(
         overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(env[key])}")
     if settings.device == "cpu":
         overrides += cpu_overrides(gpus)
-        env.update(CPU_ENV | RAY_CPU_ENV)
-        for key, value in CPU_ENV.items():
+        env.update(_CPU_ENV | _RAY_CPU_ENV)
+        for key, value in _CPU_ENV.items():
             overrides.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}={_quoted(value)}")
     overrides += list(settings.overrides)
     argv = [
@@ -194,7 +194,7 @@ def build_command(
     )
 
 
-def run_overrides(
+def _run_overrides(
     cfg: Mapping[str, Any],
     task: str,
     method: str,
@@ -235,7 +235,7 @@ def run_overrides(
     ]
 
 
-def trainer_overrides(
+def _trainer_overrides(
     settings, tset: Mapping[str, Any], task: str, method: str, seed: int, gpus: int, out_dir: Path
 ) -> list[str]:
     """veRL's trainer block of the cell: GPUs, epochs, names, checkpoints, logging, resume."""
@@ -254,7 +254,7 @@ def trainer_overrides(
     ]
 
 
-def job_env(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir: Path) -> dict[str, str]:
+def _job_env(cfg: Mapping[str, Any], task: str, method: str, seed: int, out_dir: Path) -> dict[str, str]:
     """The environment of the cell's veRL process (its Ray actors get the same through runtime_env)."""
     digest = hashlib.md5(f"{out_dir}".encode()).hexdigest()[:10]
     wandb = cfg.get("wandb") or {}

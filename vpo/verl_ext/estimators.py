@@ -62,7 +62,7 @@ def estimator_for_method(method: str) -> str:
 
 
 @dataclass
-class StagedRollouts:
+class _StagedRollouts:
     """Per-rollout reward extras for one advantage computation, in the batch's row order."""
 
     sub_scores: list[np.ndarray | None]  # B matrices (m_i, k_i) decoded from JSON; None if absent
@@ -72,26 +72,26 @@ class StagedRollouts:
     diagnostics: dict[str, float] = field(default_factory=dict)  # filled by the estimator
 
 
-_STAGED: contextvars.ContextVar[StagedRollouts | None] = contextvars.ContextVar("vpo_staged", default=None)
+_STAGED: contextvars.ContextVar[_StagedRollouts | None] = contextvars.ContextVar("vpo_staged", default=None)
 
 
-def decode_sub_scores(value: Any) -> np.ndarray | None:
+def _decode_sub_scores(value: Any) -> np.ndarray | None:
     """JSON text (or nested list) of an (m, k) matrix -> float64 array (m, k); None when empty."""
     matrix = as_matrix(value)
     return matrix if matrix.size else None
 
 
-def stage_from_extra_info(extra_infos: Sequence[dict | None], step: int = 0) -> StagedRollouts:
+def stage_from_extra_info(extra_infos: Sequence[dict | None], step: int = 0) -> _StagedRollouts:
     """Build the staged rollouts from B reward_extra_info dicts (None = no reward extras)."""
     extras = [dict(info or {}) for info in extra_infos]
-    sub_scores = [decode_sub_scores(info.get("sub_scores")) for info in extras]
+    sub_scores = [_decode_sub_scores(info.get("sub_scores")) for info in extras]
     have_scores = all("score" in info for info in extras) and extras
     scores = np.array([float(info["score"]) for info in extras], dtype=np.float64) if have_scores else None
-    return StagedRollouts(sub_scores=sub_scores, scores=scores, extras=extras, step=int(step))
+    return _StagedRollouts(sub_scores=sub_scores, scores=scores, extras=extras, step=int(step))
 
 
 @contextlib.contextmanager
-def staged(rollouts: StagedRollouts) -> Iterator[StagedRollouts]:
+def staged(rollouts: _StagedRollouts) -> Iterator[_StagedRollouts]:
     """Make `rollouts` visible to the registered estimators for the duration of the block."""
     token = _STAGED.set(rollouts)
     try:
@@ -126,7 +126,7 @@ def method_settings_from_config(config: Any) -> tuple[dict, int]:
     return dict(settings), int(_config_get(block, "seed", 0) or 0)
 
 
-def advantages_for_batch(method: str, token_level_rewards, response_mask, index, config=None):
+def _advantages_for_batch(method: str, token_level_rewards, response_mask, index, config=None):
     """Run vpo.advantage for `method` on one veRL batch; returns ((B, T), (B, T)) torch tensors.
 
     token_level_rewards (B, T) with the score at the last response token; response_mask (B, T);
@@ -177,18 +177,18 @@ def advantages_for_batch(method: str, token_level_rewards, response_mask, index,
     return token_advantages, token_advantages
 
 
-def make_estimator(method: str):
+def _make_estimator(method: str):
     """A veRL advantage-estimator function computing `method`'s advantages."""
 
     def estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-        return advantages_for_batch(method, token_level_rewards, response_mask, index, config)
+        return _advantages_for_batch(method, token_level_rewards, response_mask, index, config)
 
     estimator.__name__ = f"{method}_advantage_for_verl"
     estimator.__qualname__ = estimator.__name__
     return estimator
 
 
-ESTIMATORS = {name: make_estimator(method) for name, method in ESTIMATOR_METHODS.items()}
+ESTIMATORS = {name: _make_estimator(method) for name, method in ESTIMATOR_METHODS.items()}
 
 
 def register_estimators() -> None:
@@ -200,7 +200,7 @@ def register_estimators() -> None:
 
 
 def judge_strategies(
-    rollouts: StagedRollouts, group_ids: Sequence, questions: Sequence[str], responses: Sequence[str], config=None
+    rollouts: _StagedRollouts, group_ids: Sequence, questions: Sequence[str], responses: Sequence[str], config=None
 ) -> dict[str, float]:
     """With a keyed method whose settings name a `judge` (vpo.strategy_judge), replace each staged
     rollout's `strategy` by the judge's key; returns the judge's metrics (none without a judge)."""
@@ -222,7 +222,7 @@ def judge_strategies(
 # ---------------------------------------------------------------------------------------------
 
 
-def rollout_metrics(rollouts: StagedRollouts, group_ids: Sequence) -> dict[str, float]:
+def rollout_metrics(rollouts: _StagedRollouts, group_ids: Sequence) -> dict[str, float]:
     """`vpo/pool_diversity`, `vpo/reward/<channel>` means, `vpo/acc`, `vpo/parse_failure_rate`,
     `vpo/score_mean` and the estimator's diagnostics under `vpo/adv/`; the launcher's
     `convert_metrics` renames them to the local trainer's keys (docs/metrics.md)."""

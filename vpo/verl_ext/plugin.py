@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 
-def trl_has_value_head() -> bool:
+def _trl_has_value_head() -> bool:
     """Whether the installed TRL provides `AutoModelForCausalLMWithValueHead` (read from its files,
     without importing TRL: a plain import takes seconds in every worker)."""
     spec = importlib.util.find_spec("trl")
@@ -28,7 +28,7 @@ def trl_has_value_head() -> bool:
 
 import verl.utils.import_utils as _verl_imports  # noqa: E402
 
-_verl_imports.is_trl_available = trl_has_value_head
+_verl_imports.is_trl_available = _trl_has_value_head
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     from vpo.verl_ext.cpu import enable

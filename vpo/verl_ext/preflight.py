@@ -31,7 +31,7 @@ def check_cell(cfg: Mapping[str, Any], task: str, method: str) -> None:
         raise PreflightError(f"method {base!r} has no method_settings entry in config.yaml; add `{base}: {{}}`")
 
 
-def check_files(command: CellCommand) -> None:
+def _check_files(command: CellCommand) -> None:
     for path in command.data_files:
         if not path.is_file():
             raise PreflightError(
@@ -48,7 +48,7 @@ def check_files(command: CellCommand) -> None:
         raise PreflightError(f"model {model!r} is neither an existing directory nor a hub id like 'Qwen/Qwen3-4B'")
 
 
-def check_device(device: str, gpus: int) -> None:
+def _check_device(device: str, gpus: int) -> None:
     """A GPU cell on a machine whose torch sees fewer GPUs than it asks for fails here, not in Ray."""
     if device != "cuda":
         return
@@ -63,7 +63,7 @@ def check_device(device: str, gpus: int) -> None:
         )
 
 
-def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_answer: int) -> None:
+def _check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_answer: int) -> None:
     b, gpus = command.batch, command.gpus
     rollouts = b.train_batch_size * b.rollout_n
     if rollouts % gpus:
@@ -90,7 +90,7 @@ def check_sizes(command: CellCommand, m: int, response_len: int, min_tokens_per_
         )
 
 
-def check_with_verl(command: CellCommand) -> None:
+def _check_with_verl(command: CellCommand) -> None:
     """The estimator is registered in veRL, and veRL composes and validates the job's config."""
     try:
         from verl.trainer.ppo import core_algos
@@ -121,9 +121,9 @@ def preflight(cfg: Mapping[str, Any], task: str, method: str, command: CellComma
     settings = verl_settings(cfg)
     if not VERL_CONFIG_DIR.joinpath(f"{CONFIG_NAME}.yaml").is_file():
         raise PreflightError(f"{VERL_CONFIG_DIR}/{CONFIG_NAME}.yaml is missing: run from a checkout of the project")
-    check_files(command)
+    _check_files(command)
     m = answers_per_rollout(cfg, task, method) if spec.multi_answer else 1
-    check_sizes(command, m, int(tset["max_response_length"][spec.length_kind]), settings.min_tokens_per_answer)
-    check_device(settings.device, command.gpus)  # after the checks of the cell itself
+    _check_sizes(command, m, int(tset["max_response_length"][spec.length_kind]), settings.min_tokens_per_answer)
+    _check_device(settings.device, command.gpus)  # after the checks of the cell itself
     if with_verl:
-        check_with_verl(command)
+        _check_with_verl(command)

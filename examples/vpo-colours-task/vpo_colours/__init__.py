@@ -42,6 +42,7 @@ def colour_words(answer: str) -> list[str]:
 
 class ColoursTask(Task):
     name = "colours"
+    ability = "colours"
     label = "Colours"
     objectives = (
         ("first", "Naming the first colour"),
@@ -63,15 +64,7 @@ class ColoursTask(Task):
             for index in range(size):
                 colours = rng.sample(PALETTE, 3)
                 content = f"Colours: {' '.join(colours)}. Name at most two of them. {self.single_format_line}"
-                rows.append(
-                    {
-                        "data_source": self.name,
-                        "prompt": [{"role": "user", "content": content}],
-                        "ability": "colours",
-                        "reward_model": {"style": "rule", "ground_truth": {"colours": colours}},
-                        "extra_info": {"split": split, "index": index},
-                    }
-                )
+                rows.append(self.row(content, {"colours": colours}, split=split, index=index))
             paths.append(str(write_parquet_atomic(rows, os.path.join(out_dir, f"{split}.parquet"))))
         return paths[0], paths[1]
 

@@ -17,7 +17,7 @@ import torch
 from verl.plugin.platform.platform_base import PlatformBase
 
 
-class CpuDeviceModule:
+class _CpuDeviceModule:
     """What veRL calls on `get_torch_device()`: torch.cpu, plus the CUDA-style memory, seed and
     RNG-state calls that the CPU has no use for (memory figures read as 0)."""
 
@@ -63,7 +63,7 @@ class CpuDeviceModule:
         return free, pages * size
 
 
-DEVICE_MODULE = CpuDeviceModule()
+_DEVICE_MODULE = _CpuDeviceModule()
 
 
 class CpuPlatform(PlatformBase):
@@ -76,8 +76,8 @@ class CpuPlatform(PlatformBase):
         return "cpu"
 
     @property
-    def device_module(self) -> CpuDeviceModule:
-        return DEVICE_MODULE
+    def device_module(self) -> _CpuDeviceModule:
+        return _DEVICE_MODULE
 
     def is_available(self) -> bool:
         return True

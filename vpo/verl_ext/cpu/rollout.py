@@ -44,7 +44,7 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
     return getattr(config, key, default)
 
 
-def server_name(replica_rank: int, node_rank: int = 0) -> str:
+def _server_name(replica_rank: int, node_rank: int = 0) -> str:
     """The Ray actor name of a replica's server (what the adapter looks up)."""
     return f"{ROLLOUT_NAME}_server_{replica_rank}_{node_rank}"
 
@@ -225,7 +225,7 @@ class TransformersReplica(RolloutReplica):
     """One replica = one server actor on the node of its trainer ranks."""
 
     async def launch_servers(self) -> None:
-        name = server_name(self.replica_rank)
+        name = _server_name(self.replica_rank)
         server = ray.remote(TransformersServer).options(name=name, num_cpus=0, max_concurrency=self.max_concurrency)
         handle = server.remote(self.config, self.model_config, replica_rank=self.replica_rank, node_rank=0)
         self.servers = [handle]
@@ -249,7 +249,7 @@ class TransformersAdapter(BaseRollout):
 
     def _server(self):
         if self.server is None:
-            self.server = ray.get_actor(server_name(self.replica_rank))
+            self.server = ray.get_actor(_server_name(self.replica_rank))
         return self.server
 
     async def resume(self, tags: list[str]) -> None:
