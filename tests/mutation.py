@@ -34,7 +34,7 @@ MODULES = {
     "vpo/vpo_scores.py": ["tests/test_advantage.py"],
     "vpo/advantage.py": ["tests/test_advantage.py", "tests/test_set_rl.py"],
     "vpo/set_rl.py": ["tests/test_set_rl.py"],
-    "vpo/method_advantage.py": ["tests/test_advantage.py"],
+    "vpo/method_advantage.py": ["tests/test_advantage.py", "tests/test_set_rl.py", "tests/test_strategy_judge.py"],
     "vpo/weights.py": ["tests/test_weights.py"],
     "vpo/metrics.py": ["tests/test_metrics.py"],
     "vpo/rollouts.py": ["tests/test_rollouts.py"],

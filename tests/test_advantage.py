@@ -549,3 +549,25 @@ def test_max_at_k_default_subset_and_setting_keys():
     assert setting_keys("goal_cond") == {"norm_by_std", "eps", "alpha"}  # weighted rows: alpha draws their weights
     assert setting_keys(get_method("vpo")) == {"n_weights", "alpha", "sampler", "eps"}
     assert setting_keys("max_at_k") == {"k", "eps"}
+
+
+# ---- keyed methods (set RL) through advantage_for_method ------------------------------------------
+@pytest.mark.parametrize("method, estimator", [("poly_epo", "set_rl"), ("grpo_div", "grpo_div")])
+def test_a_keyed_method_hands_its_estimator_the_keys_and_the_correct_flags(method, estimator):
+    """What a keyed method reads: scores, strategy keys and whether each rollout solved the problem (the
+    diagnostics count solving rollouts by the flags: a partial score is not a solve)."""
+    from vpo.advantage import get_estimator
+    from vpo.method_advantage import advantage_for_method, setting_keys
+
+    scores, groups = [0.5, 0.5, 0.0, 0.5, 1.0, 0.0], ["g"] * 6
+    keys, correct = ["a", "b", "a", "c", "b", "c"], [True, False, False, True, True, False]
+    call = dict(scores=scores, sub_scores=None, group_ids=groups, strategy_keys=keys)
+    adv, diag = advantage_for_method(method, **call, correct=correct)
+    direct, direct_diag = get_estimator(estimator)(scores, groups, strategy_keys=keys, correct=correct)
+    np.testing.assert_allclose(adv, direct)
+    assert {key: diag[key] for key in direct_diag} == direct_diag
+    _, by_sign = advantage_for_method(method, **call)
+    assert {key: by_sign[key] for key in direct_diag} != direct_diag  # the flags were read, not the signs
+    assert "judge" in setting_keys(method) and "alpha" not in setting_keys(method)
+    with pytest.raises(ValueError, match=f"method '{method}' needs scores and strategy_keys"):
+        advantage_for_method(method, scores=scores, sub_scores=None, group_ids=groups)

@@ -164,3 +164,18 @@ def test_counts_are_checked():
         sample_weights(2.5, 5)
     with pytest.raises(ValueError, match="alpha"):
         sample_weights(3, 5, alpha=float("inf"))
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_eval_weights_are_100_dirichlet_1_draws_of_the_evaluation_seed(k):
+    """E_w[best-of-m]'s weights: 100 Dirichlet(1) vectors drawn from the evaluation seed alone, as gamma
+    draws normalised per vector (numpy's standard_gamma of shape 1, the same stream the naive sampler reads)."""
+    from vpo.weights import N_EVAL_WEIGHTS, eval_weights
+
+    gammas = np.random.default_rng(7).standard_gamma(1.0, (N_EVAL_WEIGHTS, k))
+    expected = gammas / gammas.sum(axis=1, keepdims=True)
+    got = eval_weights(k, 7)
+    assert N_EVAL_WEIGHTS == 100 and got.shape == (100, k)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    np.testing.assert_array_equal(eval_weights(k, 7), got)
+    assert k == 1 or not np.allclose(eval_weights(k, 8), got)

@@ -184,4 +184,4 @@ N_EVAL_WEIGHTS = 100  # Dirichlet(1) weights of E_w[best-of-m], drawn with the e
 def eval_weights(k: int, eval_seed: int) -> np.ndarray:
     """(N_EVAL_WEIGHTS, k) Dirichlet(1) weights of E_w[best-of-m] for problems with k objectives: drawn
     from the evaluation seed alone, so evaluation's pool metrics and the per-problem aggregate use the same."""
-    return sample_weights(k, N_EVAL_WEIGHTS, alpha=1.0, sampler="naive", rng=np.random.default_rng(eval_seed))
+    return sample_weights(k, N_EVAL_WEIGHTS, rng=np.random.default_rng(eval_seed))  # alpha 1, the naive sampler
