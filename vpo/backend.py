@@ -6,10 +6,11 @@ truncation to a resumed checkpoint, and the atomic save of a model. Every backen
 from the result.
 
 The backends sit side by side (`vpo/local`, `vpo/trl_ext`, `vpo/verl_ext`): none imports another's package
-(tests/test_architecture.py); what two of them share lives here. `rollout_record` is the one builder of a
-step's rollout keys: the local trainer and TRL write its keys as they are, veRL's `vpo_sync` trainer
-logs them with a `vpo/` prefix that the launcher's `convert_metrics` takes off, so a key means one thing
-whichever backend wrote it (tests/test_metrics_keys.py).
+(tests/test_architecture.py); what two of them share lives here. `rollout_record` builds a step's
+rollout keys for the local trainer and TRL. veRL's `vpo_sync` trainer still builds its own from the staged
+rollouts (`vpo.verl_ext.estimators.rollout_metrics`, under a `vpo/` prefix; the advantages and lengths are
+veRL's own metrics), and the launcher's `convert_metrics` maps both onto the same keys, so a key means one
+thing whichever backend wrote it (tests/test_metrics_keys.py).
 """
 
 from __future__ import annotations
