@@ -26,6 +26,7 @@ import numpy as np
 
 from vpo.atomic import atomic_dir, write_text_atomic
 from vpo.config import answers_per_rollout, cell_digest, file_digest, method_settings
+from vpo.methods import get_method
 from vpo.metrics import group_pool_diversity, group_strategies
 from vpo.prompts import prepare_row
 from vpo.settings import LocalTrainerSettings
@@ -49,6 +50,11 @@ class RunSpec:
     wandb: dict | None = None  # config.yaml's wandb block (vpo.tracking); None: no W&B run
     config: dict = field(default_factory=dict)  # the resolved config: veRL builds the cell's command from it
     print_command: bool = False  # veRL: print the command and train nothing
+
+    @property
+    def answers(self) -> int:
+        """Answers per rollout the cell's responses hold: m for a multi-answer method, else 1."""
+        return self.m if get_method(self.method).multi_answer else 1
 
     @classmethod
     def for_cell(
@@ -97,13 +103,11 @@ def trained_in_process(spec: RunSpec, resumed_from_step: int, loop_started: floa
     )
 
 
-def run_record(
-    spec: RunSpec, m: int, backend: str, *, model: str | None = None, data: str | Path | None = None
-) -> dict:
+def run_record(spec: RunSpec, backend: str, *, model: str | None = None, data: str | Path | None = None) -> dict:
     """What produces a run's checkpoints, stored beside them by every backend: a checkpoint whose record
-    differs is never resumed. The backend, the settings' hash, the cell, m, the model (digests of a
-    warm-started base model's weights and build, else the model's name `model`) and a digest of the
-    training split (`data`, default the spec's train.parquet)."""
+    differs is never resumed. The backend, the settings' hash, the cell, its answers per rollout, the model
+    (digests of a warm-started base model's weights and build, else the model's name `model`) and a digest
+    of the training split (`data`, default the spec's train.parquet)."""
     base = Path(spec.base_model) if spec.base_model else None
     if base is not None and (base / "model.safetensors").is_file():
         build = base / "base.json"
@@ -118,7 +122,7 @@ def run_record(
         "config_hash": spec.config_hash,
         "method": spec.method,
         "seed": int(spec.seed),
-        "m": int(m),
+        "m": spec.answers,
         **source,
         "data": file_digest(Path(data) if data else Path(spec.data_dir) / "train.parquet"),
     }

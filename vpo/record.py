@@ -211,12 +211,14 @@ def _authors_file(roots: list[Path], commit: str, path: str) -> str | None:
 def check_quotes(quotes: list[dict[str, str]], roots: list[Path]) -> tuple[int, list[str], list[str]]:
     """Each quote against its cited lines (whitespace runs count as one space): (quotes checked, one line per
     quote the lines do not contain, one line per quote whose file at its commit no root holds)."""
-    checked, wrong, missing = 0, [], []
+    checked, wrong, missing, files = 0, [], [], {}
     for quote in quotes:
         path, _, rest = quote["cite"].partition("@")
         commit, _, lines = rest.partition(":")
         low, _, high = lines.partition("-")
-        text = _authors_file(roots, commit, path)
+        if (commit, path) not in files:  # each file read once, however many of its lines are cited
+            files[commit, path] = _authors_file(roots, commit, path)
+        text = files[commit, path]
         if text is None:
             missing.append(f"{quote['cite']}: no {path} at {commit} under {', '.join(map(str, roots))}")
             continue

@@ -208,7 +208,7 @@ def train_local(spec: RunSpec) -> TrainResult:
     import torch
 
     cfg, method, task = spec.settings, get_method(spec.method), resolve(spec.task)
-    m = spec.m if method.multi_answer else 1
+    m = spec.answers
     out = Path(spec.out_dir)
     ckpt_root, metrics_path = out / "checkpoints", out / "metrics.jsonl"
     if cfg.threads:
@@ -217,7 +217,7 @@ def train_local(spec: RunSpec) -> TrainResult:
     optimizer = optimizer_for(models.policy, cfg)
     np_rng = np.random.default_rng([spec.seed, 1])
     torch.manual_seed(spec.seed)
-    record = run_record(spec, m, "local")
+    record = run_record(spec, "local")
     optimizer, start_step = resume(ckpt_root, record, models, optimizer, np_rng, cfg)
     out.mkdir(parents=True, exist_ok=True)
     truncate_metrics(metrics_path, start_step)

@@ -144,13 +144,13 @@ def train_trl(spec: RunSpec) -> TrainResult:
     from transformers import TrainerCallback
 
     cfg, method = spec.settings, get_method(spec.method)
-    m = spec.m if method.multi_answer else 1
+    m = spec.answers
     out, base = Path(spec.out_dir), Path(spec.base_model)
     root, metrics_path = out / "checkpoints", out / "metrics.jsonl"
     check_base_model(spec, method, m)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    record = run_record(spec, m, "trl")
+    record = run_record(spec, "trl")
     latest = resumable(root, record) if root.is_dir() else None
     per_step = cfg.ppo_mini_batches  # optimizer steps per RL step
     start_step = 0 if latest is None else int(_CHECKPOINT_DIR.match(latest.name).group(1)) // per_step

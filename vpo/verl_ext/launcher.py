@@ -21,7 +21,6 @@ from typing import Any, Mapping
 
 from vpo.atomic import set_aside, write_text_atomic
 from vpo.backend import RunSpec, TrainResult, run_record
-from vpo.methods import get_method
 from vpo.tracking import run_name
 from vpo.verl_ext.command import PreflightError, build_command
 from vpo.verl_ext.preflight import check_cell, preflight
@@ -143,8 +142,7 @@ def train_verl(spec: RunSpec) -> TrainResult:
         print(f"error: preflight failed for {run_name(task, method, seed)}: {err}", file=sys.stderr)
         return TrainResult(2, trained=False)
     out = command.out_dir
-    m = spec.m if get_method(method).multi_answer else 1
-    claim_checkpoints(out / "checkpoints", run_record(spec, m, "verl", model=command.model, data=command.data_files[0]))
+    claim_checkpoints(out / "checkpoints", run_record(spec, "verl", model=command.model, data=command.data_files[0]))
     for sub in ("logs", "checkpoints", ".cache/datasets"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     ray_tmp = Path(command.env["RAY_TMPDIR"])
