@@ -26,6 +26,7 @@ from vpo.advantage import (
 )
 from vpo.method_advantage import advantage_for_method, setting_keys
 from vpo.methods import METHODS, get_method
+from vpo.metrics import advantage_summary
 from vpo.vpo_scores import vpo_raw_scores
 from vpo.reward import weighted_scalar
 from vpo.weights import draw_group_weights
@@ -347,7 +348,7 @@ def test_advantage_for_method_dispatch():
     subs = [[[1, 0]], [[0, 1]], [[1, 1]], [[0, 0]]]
     adv, diag = advantage_for_method("grpo", scores=scores, sub_scores=None, group_ids=ids, settings={"m": 3})
     np.testing.assert_allclose(adv, grpo_advantage(scores, ids))
-    assert diag["advantage/zero_group_frac"] == 0.5
+    assert diag == {}  # GRPO's estimator has no diagnostics of its own
     adv, _ = advantage_for_method("multi_rlvr", scores=scores, sub_scores=subs, group_ids=ids)
     np.testing.assert_allclose(adv, grpo_advantage(scores, ids))
     adv, _ = advantage_for_method(
@@ -516,23 +517,30 @@ def test_gdpo_through_the_method_table_reads_channels_settings_and_lengths():
 def test_batch_diagnostics_by_hand():
     # GRPO on groups a = (1, 0), b = (0.5, 0.5) and c = (0.3): a's unbiased std is 1/sqrt(2), b does not
     # move, c alone keeps its score (mean 0, std 1)
-    adv, diag = advantage_for_method(
-        "grpo", scores=[1.0, 0.0, 0.5, 0.5, 0.3], sub_scores=None, group_ids=["a", "a", "b", "b", "c"]
-    )
+    ids = ["a", "a", "b", "b", "c"]
+    adv, _ = advantage_for_method("grpo", scores=[1.0, 0.0, 0.5, 0.5, 0.3], sub_scores=None, group_ids=ids)
     half, alone = 0.5 / (math.sqrt(0.5) + 1e-6), 0.3 / (1 + 1e-6)
     np.testing.assert_allclose(adv, [half, -half, 0.0, 0.0, alone])
     mean = alone / 5
     std = math.sqrt((2 * half**2 + alone**2) / 5 - mean**2)
-    assert diag == pytest.approx(
-        {"advantage/mean": mean, "advantage/std": std, "advantage/abs_max": half, "advantage/zero_group_frac": 1 / 3}
+    assert advantage_summary(adv, ids) == pytest.approx(
+        {
+            "advantage/mean": mean,
+            "advantage/std": std,
+            "advantage/abs_max": half,
+            "advantage/zero_group_frac": 1 / 3,
+            "advantage/max": half,
+            "advantage/min": -half,
+            "advantage/zero_frac": 2 / 5,
+        }
     )
-    _, empty = advantage_for_method("grpo", scores=[], sub_scores=None, group_ids=[])
-    assert empty == {
-        "advantage/mean": 0.0,
-        "advantage/std": 0.0,
-        "advantage/abs_max": 0.0,
-        "advantage/zero_group_frac": 0.0,
-    }
+    # a group moves if one advantage passes 1e-6; a rollout counts as zero within 1e-12 only
+    tiny = advantage_summary([2e-6, 0.0, 5e-7, 0.0, 1e-13], ["a", "a", "b", "b", "c"])
+    assert tiny["advantage/zero_group_frac"] == pytest.approx(2 / 3) and tiny["advantage/zero_frac"] == 0.6
+    assert advantage_summary([-3.0], [0])["advantage/abs_max"] == 3.0
+    assert set(advantage_summary([], []).values()) == {0.0} and len(advantage_summary([], [])) == 7
+    with pytest.raises(ValueError, match="^advantages has 2 entries but group_ids has 1$"):
+        advantage_summary([0.0, 1.0], [0])
     with pytest.raises(ValueError, match=r"^method 'grpo' needs scores \(one scalar per rollout\)$"):
         advantage_for_method("grpo", scores=None, sub_scores=[[[1.0]]], group_ids=[0])
 

@@ -93,4 +93,4 @@ def test_the_document_parses_as_it_reads():
     local = documented("local", "VPO")
     assert {"score_mean", "advantage/zero_frac", "vpo/pool_size_mean", "reward/completion"} <= local
     assert "set_rl/set_diversity" not in local and "judge/groups" not in local
-    assert "advantage/zero_frac" not in documented("veRL", "VPO") and "score_max" in documented("veRL", "VPO")
+    assert "generation_s" not in documented("veRL", "VPO") and "advantage/zero_frac" in documented("veRL", "VPO")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vpo.rollouts import BOOKKEEPING_KEYS, as_matrix, group_codes, group_slots
+from vpo.rollouts import as_matrix, group_codes, group_slots
 
 
 def test_a_float64_matrix_is_used_as_it_is():
@@ -50,10 +50,6 @@ def test_no_answer_is_a_zero_by_zero_matrix(item):
 def test_a_matrix_of_three_dimensions_is_refused():
     with pytest.raises(ValueError, match=r"sub_scores must be an \(m, k\) matrix, got shape \(1, 1, 2\)"):
         as_matrix("[[[0.5, 0.5]]]")
-
-
-def test_bookkeeping_keys_are_not_reward_channels():
-    assert BOOKKEEPING_KEYS == {"score", "acc", "sub_scores", "num_answers"}
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -52,11 +53,16 @@ def _rollouts(single_answer: bool):
     return uids, matrices, np.asarray(scores)
 
 
+OBJECTIVES = ["completion", "gold", "diamond", "avoid_lava"]  # maze's: the trainer names the channels after them
+
+
 def _extra_info(matrix: np.ndarray, score: float) -> dict:
+    """A reward's extras as vpo.reward.compute_score returns them (the first row's values as the channels)."""
     info = {"score": score, "acc": float(score > 0), "sub_scores": json.dumps(matrix.tolist())}
     info["strategy"] = _strategy(matrix)
-    for j in range(4):  # identical channel keys for every row
-        info[f"c{j}"] = float(matrix[0, j]) if j < matrix.shape[1] else 0.0
+    info["num_answers"] = float(matrix.shape[0])
+    for j, name in enumerate(OBJECTIVES):  # identical channel keys for every row
+        info[name] = float(matrix[0, j]) if j < matrix.shape[1] else 0.0
     return info
 
 
@@ -87,6 +93,7 @@ def verl_config():
 
     overrides = [
         f"algorithm.vpo.seed={SEED}",
+        "algorithm.vpo.task=maze",
         f"+algorithm.vpo.settings.k={SETTINGS['k']}",
         f"+algorithm.vpo.settings.set_size={SETTINGS['set_size']}",
         f"algorithm.vpo.settings.n_weights={SETTINGS['n_weights']}",
@@ -204,6 +211,7 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     config = verl_config.copy()
     with open_dict(config):
         config.algorithm.adv_estimator = estimator
+        config.data.max_response_length = 6  # rollouts of 6, 7 and 8 tokens reach the limit
     single = method in ("vpo_single", "gdpo", "grpo", "poly_epo", "grpo_div")
     uids, matrices, scores = _rollouts(single)
     rm_scores = _rm_scores(scores, RESPONSE_LENGTHS)
@@ -233,6 +241,7 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     trainer = object.__new__(VPOTrainerSync)  # the real method, without starting workers
     trainer.config = config
     trainer.global_steps = STEP
+    trainer.tokenizer = SimpleNamespace(eos_token_id=5)  # the 6-token rollout ends on it: tokens 0..5
     metrics: dict = {}
     trainer._compute_advantage(batch, metrics)
 
@@ -247,7 +256,15 @@ def test_v1_trainer_advantage_step_matches_engine(verl_config, transfer_queue, e
     assert metrics["vpo/pool_diversity"] >= 0.0
     per_group = [len({_strategy(m) for u, m in zip(uids, matrices) if u == uid}) for uid in GROUPS]
     assert metrics["vpo/strategies_per_group"] == np.mean(per_group)  # the reward's strategy keys, per group
-    assert set(f"vpo/reward/c{j}" for j in range(4)) <= set(metrics)
+    # the rollout keys, from the advantages veRL stored and the responses (vpo.backend.rollout_record)
+    assert metrics["vpo/advantage/max"] == pytest.approx(expected.max(), abs=1e-6)
+    assert metrics["vpo/advantage/min"] == pytest.approx(expected.min(), abs=1e-6)
+    assert metrics["vpo/advantage/std"] == pytest.approx(expected.std(), abs=1e-6)
+    assert metrics["vpo/response_length_mean"] == np.mean(RESPONSE_LENGTHS)
+    assert metrics["vpo/truncated_share"] == 2 / 7  # 7 and 8 tokens without the end token; 6 ends on it
+    assert metrics["vpo/score_mean"] == pytest.approx(np.mean(scores)) and metrics["vpo/acc"] == np.mean(scores > 0)
+    assert metrics["vpo/parse_failure_rate"] == 0.0
+    assert metrics["vpo/reward/gold"] == pytest.approx(np.mean([m[0, 1] for m in matrices]))
     tq.kv_clear(keys=keys, partition_id="train")
 
 
@@ -346,6 +363,7 @@ class _IdTokenizer:
     """Decodes ids to the set of ids they hold ("route [2]"): the judge reads that as a response."""
 
     pad_token_id = 0
+    eos_token_id = 9
 
     def decode(self, ids, skip_special_tokens=True):
         return f"route {sorted(set(int(i) for i in ids if int(i) != 0))}"
@@ -413,6 +431,7 @@ def test_v1_trainer_trains_poly_epo_on_a_served_judges_keys(verl_config, transfe
     stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])
     for i, length in enumerate(RESPONSE_LENGTHS):
         np.testing.assert_allclose(stored["advantages"][i].numpy(), np.full(length, expected[i], np.float32), atol=0)
-    assert metrics["judge/groups"] == 2.0 and metrics["judge/failed_groups"] == 0.0 and len(LastLineJudge.requests) == 2
+    assert metrics["vpo/judge/groups"] == 2.0 and metrics["vpo/judge/failed_groups"] == 0.0
+    assert len(LastLineJudge.requests) == 2
     assert metrics["vpo/strategies_per_group"] == 2.0
     tq.kv_clear(keys=keys, partition_id="train")

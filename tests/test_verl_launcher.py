@@ -278,7 +278,9 @@ def test_file_logger_output_becomes_metrics_jsonl(launcher, tmp_path, monkeypatc
                 {
                     "vpo/pool_diversity": 0.1 * step + (1 if stamp.endswith("10000") else 0),
                     "vpo/reward/gold": 0.5,
-                    "vpo/adv/advantage/std": 1.0,
+                    "vpo/advantage/std": 1.0,
+                    "vpo/vpo/pool_size_mean": 12.0,
+                    "vpo/score_mean": 0.3,
                     "actor/entropy": 2.0,
                     "timing_s/step": 10.0,
                     "critic/score/mean": 0.25,
@@ -292,7 +294,9 @@ def test_file_logger_output_becomes_metrics_jsonl(launcher, tmp_path, monkeypatc
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[1]["pool_diversity"] == pytest.approx(1.2)  # the resumed attempt's value wins
     assert rows[0]["reward/gold"] == 0.5 and rows[0]["advantage/std"] == 1.0 and rows[0]["entropy"] == 2.0
-    assert rows[0]["score_mean"] == 0.25 and rows[2]["wall_time_s"] == 30.0
+    assert rows[0]["vpo/pool_size_mean"] == 12.0  # the rollout keys lose the prefix the trainer logs them under
+    assert rows[0]["score_mean"] == 0.3 and rows[0]["critic/score/mean"] == 0.25  # veRL's own keep their names
+    assert rows[2]["wall_time_s"] == 30.0
     assert rows[2]["val-core/maze/acc/mean@3"] == 0.4
 
 

@@ -7,10 +7,10 @@ from the result.
 
 The backends sit side by side (`vpo/local`, `vpo/trl_ext`, `vpo/verl_ext`): none imports another's package
 (tests/test_architecture.py); what two of them share lives here. `rollout_record` builds a step's
-rollout keys for the local trainer and TRL. veRL's `vpo_sync` trainer still builds its own from the staged
-rollouts (`vpo.verl_ext.estimators.rollout_metrics`, under a `vpo/` prefix; the advantages and lengths are
-veRL's own metrics), and the launcher's `convert_metrics` maps both onto the same keys, so a key means one
-thing whichever backend wrote it (tests/test_metrics_keys.py).
+rollout keys for all three: the local trainer and TRL from their rollouts, veRL's `vpo_sync` trainer from
+the staged reward extras and the advantages veRL wrote back (`vpo.verl_ext.estimators.rollout_metrics`,
+under a `vpo/` prefix the launcher's `convert_metrics` drops), so a key means one thing whichever backend
+wrote it (tests/test_metrics_keys.py, tests/test_verl_advantage.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 from vpo.atomic import atomic_dir, write_text_atomic
 from vpo.config import answers_per_rollout, cell_digest, file_digest, method_settings
 from vpo.methods import get_method
-from vpo.metrics import group_pool_diversity, group_strategies
+from vpo.metrics import advantage_summary, group_pool_diversity, group_strategies
 from vpo.prompts import prepare_row
 from vpo.settings import LocalTrainerSettings
 
@@ -178,9 +178,7 @@ def rollout_record(
         "acc": float(np.mean([r["acc"] for r in results])),  # some answer solved (the reward's verdict)
         "pool_diversity": group_pool_diversity(sub_scores, group_ids),
         "strategies_per_group": group_strategies(keys, group_ids),
-        "advantage/max": float(np.max(advantages)),
-        "advantage/min": float(np.min(advantages)),
-        "advantage/zero_frac": float(np.mean(np.abs(advantages) < 1e-12)),
+        **advantage_summary(advantages, group_ids),
         **{k: float(v) for k, v in dict(diagnostics).items() if np.isscalar(v)},
         "parse_failure_rate": float(np.mean([r["num_answers"] == 0 for r in results])),
         "response_length_mean": float(np.mean(lengths)),

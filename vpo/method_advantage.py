@@ -2,7 +2,8 @@
 
 `advantage_for_method` reads the method's row (vpo.methods): its estimator (vpo.advantage's registry)
 and what that estimator reads (each rollout's (m, k) reward matrix, its single-answer channels, or one
-scalar per rollout), passes the settings the estimator takes, and adds the batch's diagnostics.
+scalar per rollout), passes the settings the estimator takes, and returns the advantages with the
+estimator's diagnostics (`vpo.metrics.advantage_summary` sums the advantages up for the metrics line).
 `setting_keys` says which method_settings keys a method takes (config checks read it).
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from vpo.advantage import get_estimator
 from vpo.methods import Method, get_method
-from vpo.rollouts import as_matrix, group_codes
+from vpo.rollouts import as_matrix
 
 
 def _channels(sub_scores: Sequence[Any]) -> np.ndarray:
@@ -72,7 +73,7 @@ def advantage_for_method(
     response_lengths: (B,) response tokens per rollout, for estimators that whiten over tokens (gdpo).
     strategy_keys, correct: (B,) each rollout's strategy key and whether it solved the problem (the reward's
     `strategy` and `acc`), for keyed methods (poly_epo, grpo_div).
-    Returns: advantages float64 (B,), diagnostics dict of floats.
+    Returns: advantages float64 (B,), the estimator's diagnostics dict of floats (empty for most).
     """
     meth = get_method(method)
     fn = get_estimator(meth.estimator)
@@ -99,15 +100,4 @@ def advantage_for_method(
         if scores is None:
             raise ValueError(f"method {meth.name!r} needs scores (one scalar per rollout)")
         adv = fn(scores, group_ids, **kwargs)
-    adv = np.asarray(adv)
-    codes, n_groups = group_codes(group_ids)
-    moving = np.bincount(codes, weights=np.abs(adv) > 1e-6)
-    diagnostics.update(
-        {
-            "advantage/mean": float(adv.mean()) if len(adv) else 0.0,
-            "advantage/std": float(adv.std()) if len(adv) else 0.0,
-            "advantage/abs_max": float(np.abs(adv).max()) if len(adv) else 0.0,
-            "advantage/zero_group_frac": float((moving == 0).mean()) if n_groups else 0.0,
-        }
-    )
-    return adv, diagnostics
+    return np.asarray(adv), diagnostics

@@ -211,3 +211,32 @@ def group_strategies(keys: Sequence[Any], group_ids: Sequence[Any], degenerate: 
         if key is not None and key != degenerate and key != UNJUDGED:  # a failed judge call shows none either
             found[code].add(key)
     return float(np.mean([len(s) for s in found])) if n_groups else 0.0
+
+
+_ADVANTAGE_KEYS = tuple(
+    f"advantage/{name}" for name in ("mean", "std", "abs_max", "zero_group_frac", "max", "min", "zero_frac")
+)
+
+
+def advantage_summary(advantages: Sequence[float] | np.ndarray, group_ids: Sequence[Any]) -> dict[str, float]:
+    """Training metrics of one batch's advantages: their mean, population std, largest magnitude, the share
+    of groups in which no advantage moves past 1e-6 (no learning signal), the extremes, and the share of
+    rollouts within 1e-12 of 0 (docs/metrics.md).
+
+    advantages: (B,);  group_ids: (B,).  Every value is 0 for an empty batch."""
+    adv = np.asarray(advantages, dtype=np.float64).ravel()
+    if len(adv) != len(group_ids):
+        raise ValueError(f"advantages has {len(adv)} entries but group_ids has {len(group_ids)}")
+    if not len(adv):
+        return dict.fromkeys(_ADVANTAGE_KEYS, 0.0)
+    codes, _ = group_codes(group_ids)
+    moving = np.bincount(codes, weights=np.abs(adv) > 1e-6)
+    return {
+        "advantage/mean": float(adv.mean()),
+        "advantage/std": float(adv.std()),
+        "advantage/abs_max": float(np.abs(adv).max()),
+        "advantage/zero_group_frac": float((moving == 0).mean()),
+        "advantage/max": float(adv.max()),
+        "advantage/min": float(adv.min()),
+        "advantage/zero_frac": float(np.mean(np.abs(adv) < 1e-12)),
+    }

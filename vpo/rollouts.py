@@ -19,10 +19,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# Keys of a compute_score dict that are bookkeeping, not reward channels.
-BOOKKEEPING_KEYS = frozenset({"score", "acc", "sub_scores", "num_answers"})
-
-
 def as_matrix(item: Any) -> np.ndarray:
     """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0).
 

@@ -43,7 +43,7 @@ from vpo.backend import prepare_rows
 from vpo.data import read_rows
 from vpo.method_advantage import advantage_for_method
 from vpo.methods import get_method
-from vpo.metrics import group_pool_diversity
+from vpo.metrics import advantage_summary, group_pool_diversity
 from vpo.reward import compute_score
 from vpo.rollouts import as_matrix
 
@@ -193,7 +193,7 @@ class EstimatorGRPOTrainer(GRPOTrainer):
         )
         self._log_advantages(advantages)
         diagnostics = {**diagnostics, **judged}
-        for key, value in diagnostics.items():
+        for key, value in {**advantage_summary(advantages, group_ids), **diagnostics}.items():  # TRL's own log
             if np.isscalar(value):
                 self._metrics[mode][key].append(float(value))
         diversity = group_pool_diversity(subs, group_ids)

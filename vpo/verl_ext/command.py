@@ -228,6 +228,7 @@ def _run_overrides(
         f"algorithm.adv_estimator={estimator}",
         f"algorithm.vpo.method={spec.base or method}",
         f"algorithm.vpo.seed={seed}",
+        f"algorithm.vpo.task={task}",
     ]
     return overrides + [
         f"++algorithm.vpo.settings.{key}={_override_value(value)}"

@@ -10,7 +10,7 @@ row-aligned, around veRL's advantage step; every estimator then calls
     stage_from_extra_info / staged    the staged rollouts of one advantage computation
     register_estimators   adds them to veRL's registry (called by vpo.verl_ext.plugin)
     judge_strategies      a served judge's strategy keys in place of the task's (keyed methods' `judge:`)
-    rollout_metrics       the step's metrics from the staged rollouts (docs/metrics.md)
+    response_rows / rollout_metrics   the step's rollout keys (vpo.backend.rollout_record, docs/metrics.md)
 
 Importing this module needs numpy only; veRL and torch are imported when an estimator runs.
 """
@@ -27,8 +27,8 @@ import numpy as np
 
 from vpo.method_advantage import advantage_for_method
 from vpo.methods import get_method
-from vpo.metrics import group_pool_diversity, group_strategies
-from vpo.rollouts import BOOKKEEPING_KEYS, as_matrix
+from vpo.backend import rollout_record
+from vpo.rollouts import as_matrix
 from vpo.strategy_judge import judge_from_settings
 from vpo.verl_ext import TRAINER_MODE
 
@@ -218,38 +218,56 @@ def judge_strategies(
 
 
 # ---------------------------------------------------------------------------------------------
-# Metrics computed from the staged rollouts (logged by veRL's tracking, e.g. the file logger)
+# The step's rollout metrics (logged by veRL's tracking, e.g. the file logger)
 # ---------------------------------------------------------------------------------------------
 
 
-def rollout_metrics(rollouts: _StagedRollouts, group_ids: Sequence) -> dict[str, float]:
-    """`vpo/pool_diversity`, `vpo/reward/<channel>` means, `vpo/acc`, `vpo/parse_failure_rate`,
-    `vpo/score_mean` and the estimator's diagnostics under `vpo/adv/`; the launcher's
-    `convert_metrics` renames them to the local trainer's keys (docs/metrics.md)."""
-    metrics: dict[str, float] = {}
-    metrics["vpo/pool_diversity"] = group_pool_diversity(rollouts.sub_scores, [str(uid) for uid in group_ids])
-    keys = [info.get("strategy") for info in rollouts.extras]
-    if keys and all(isinstance(key, str) for key in keys):  # the reward's strategy keys (vpo.reward)
-        metrics["vpo/strategies_per_group"] = group_strategies(keys, [str(uid) for uid in group_ids])
-    channels: dict[str, list[float]] = {}
-    for info in rollouts.extras:
-        for key, value in info.items():
-            if (
-                key not in BOOKKEEPING_KEYS
-                and isinstance(value, (int, float, np.number))
-                and not isinstance(value, bool)
-            ):
-                channels.setdefault(key, []).append(float(value))
-    for key, values in channels.items():
-        metrics[f"vpo/reward/{key}"] = float(np.mean(values))
-    answers = [info["num_answers"] for info in rollouts.extras if "num_answers" in info]
-    if answers:  # vpo.reward: 0 distinct parsed answers = the response did not parse
-        metrics["vpo/parse_failure_rate"] = float(np.mean([float(a) == 0 for a in answers]))
-    if rollouts.scores is not None and len(rollouts.scores):
-        metrics["vpo/score_mean"] = float(np.mean(rollouts.scores))
-    solved = [float(info["acc"]) for info in rollouts.extras if "acc" in info]
-    if solved:
-        metrics["vpo/acc"] = float(np.mean(solved))
-    for key, value in rollouts.diagnostics.items():
-        metrics[f"vpo/adv/{key}"] = value
-    return metrics
+def response_rows(
+    advantages: Sequence[np.ndarray],
+    masks: Sequence[np.ndarray],
+    responses: Sequence[np.ndarray],
+    *,
+    eos_token_id: int,
+    max_length: int,
+) -> tuple[np.ndarray, np.ndarray, list[bool]]:
+    """Per rollout of a veRL batch: the advantage its response's tokens carry, its response tokens, and
+    whether it stopped before the token limit (its last token is the end-of-sequence token, or it is
+    shorter than `max_length`, veRL's `data.max_response_length`).
+
+    advantages, masks, responses: B 1-D arrays, a response's per-token advantages, mask and token ids
+    (veRL's nested rows after the advantage step). Returns (B,) advantages, (B,) lengths, B bools."""
+    adv, lengths, ended = [], [], []
+    for values, mask, tokens in zip(advantages, masks, responses, strict=True):
+        on = np.asarray(mask) > 0
+        n = int(on.sum())
+        adv.append(float(np.asarray(values)[on][0]) if n else 0.0)  # an outcome advantage: every token's the same
+        lengths.append(n)
+        ended.append(n > 0 and (n < max_length or int(np.asarray(tokens)[on][-1]) == eos_token_id))
+    return np.asarray(adv, dtype=np.float64), np.asarray(lengths, dtype=np.float64), ended
+
+
+def rollout_metrics(
+    rollouts: _StagedRollouts,
+    group_ids: Sequence,
+    *,
+    objectives: Sequence[str],
+    advantages: np.ndarray,
+    lengths: np.ndarray,
+    ended: Sequence[bool],
+    judged: dict | None = None,
+) -> dict[str, float]:
+    """The step's rollout keys, built as every backend builds them (`vpo.backend.rollout_record`) from the
+    staged reward extras and `response_rows`, under a `vpo/` prefix the launcher's `convert_metrics` drops.
+    judged: a served judge's metrics (`judge_strategies`)."""
+    record = rollout_record(
+        rollouts.extras,
+        [str(uid) for uid in group_ids],
+        objectives=objectives,
+        sub_scores=rollouts.sub_scores,
+        strategies=None,  # the reward's (or the judge's, written over them) in the extras
+        advantages=advantages,
+        diagnostics={**rollouts.diagnostics, **(judged or {})},
+        lengths=lengths,
+        ended=ended,
+    )
+    return {f"vpo/{key}": value for key, value in record.items()}

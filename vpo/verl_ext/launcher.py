@@ -30,17 +30,13 @@ from vpo.verl_ext.preflight import check_cell, preflight
 # ---------------------------------------------------------------------------------------------
 
 
-# docs/metrics.md's key -> veRL 0.9.1's name of the same quantity in its own step metrics
+# the keys of docs/metrics.md that veRL computes itself (its actor's update), by veRL 0.9.1's name for them
 VERL_NAMES = {
-    "score_max": "critic/score/max",
-    "advantage/max": "critic/advantages/max",
-    "advantage/min": "critic/advantages/min",
-    "response_length_mean": "response_length/mean",
-    "truncated_share": "response_length/clip_ratio",
-    "grad_norm": "actor/grad_norm",
-    "kl": "actor/kl_loss",
     "pg_loss": "actor/pg_loss",
+    "kl": "actor/kl_loss",
+    "entropy": "actor/entropy",
     "clipfrac": "actor/pg_clipfrac",
+    "grad_norm": "actor/grad_norm",
     "ppo_kl": "actor/ppo_kl",
 }
 
@@ -48,10 +44,10 @@ VERL_NAMES = {
 def convert_metrics(out_dir) -> int:
     """veRL's file-logger JSONL files (one per attempt) -> `<out>/metrics.jsonl`; returns the steps.
 
-    Each line gets the local trainer's names for the same quantities (docs/metrics.md): `step`,
-    `pool_diversity`, `score_mean`, `acc`, `reward/<objective>`, the estimator's `advantage/*` and
-    `vpo/*` diagnostics, `parse_failure_rate`, `entropy`, `wall_time_s`, and veRL's own metrics
-    under their names.
+    Each line holds the keys of docs/metrics.md: `step`, the rollout keys the `vpo_sync` trainer logged
+    under a `vpo/` prefix (built by `vpo.backend.rollout_record`, as the other backends build them), the
+    update's keys veRL computes itself (`VERL_NAMES`), `wall_time_s` (the sum of `timing_s/step`), and
+    veRL's own metrics under their names.
     """
     out_dir = Path(out_dir)
     merged: dict[int, dict] = {}
@@ -68,26 +64,10 @@ def convert_metrics(out_dir) -> int:
         if "vpo/pool_diversity" not in data:
             continue  # validation-only record
         wall += float(data.get("timing_s/step", 0.0))
-        row = {
-            "step": step,
-            "pool_diversity": data["vpo/pool_diversity"],
-            "score_mean": data.get("vpo/score_mean", data.get("critic/score/mean")),
-            "acc": data.get("vpo/acc"),
-            "parse_failure_rate": data.get("vpo/parse_failure_rate"),
-            "entropy": data.get("actor/entropy"),
-            "wall_time_s": wall,
-        }
-        if "vpo/strategies_per_group" in data:
-            row["strategies_per_group"] = data["vpo/strategies_per_group"]
-        # the local trainer's keys for what veRL computes itself (docs/metrics.md says how they differ)
+        row = {"step": step, **{key[len("vpo/") :]: value for key, value in data.items() if key.startswith("vpo/")}}
         row.update({ours: data[theirs] for ours, theirs in VERL_NAMES.items() if theirs in data})
-        for key, value in data.items():
-            if key.startswith("vpo/reward/"):
-                row["reward/" + key[len("vpo/reward/") :]] = value
-            elif key.startswith("vpo/adv/"):
-                row[key[len("vpo/adv/") :]] = value
-            elif not key.startswith("vpo/"):
-                row[key] = value
+        row["wall_time_s"] = wall
+        row.update({key: value for key, value in data.items() if not key.startswith("vpo/")})
         rows.append(row)
     write_text_atomic(out_dir / "metrics.jsonl", "".join(json.dumps(r, default=float) + "\n" for r in rows))
     return len(rows)

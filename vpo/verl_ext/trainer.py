@@ -1,7 +1,8 @@
 """The v1 trainer `vpo_sync` (`trainer.v1.trainer_mode=vpo_sync`): veRL 0.9.1's sync trainer plus
 one step. Before veRL computes advantages it fetches every rollout's `reward_extra_info` (the reward
 function's `sub_scores` JSON text, scalar and channels) from TransferQueue and stages it, row-aligned,
-for the estimators of vpo.verl_ext.estimators; afterwards it logs the step's rollout metrics.
+for the estimators of vpo.verl_ext.estimators; afterwards it reads the advantages veRL wrote back and
+logs the step's rollout metrics, built as every backend builds them (vpo.backend.rollout_record).
 
 Importing this module imports veRL; `register_trainer` (called by vpo.verl_ext.plugin) adds the
 class to veRL's trainer registry.
@@ -14,10 +15,12 @@ from verl.trainer.ppo.v1 import PPOTrainerSync
 from verl.trainer.ppo.v1 import register_trainer as verl_register_trainer
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
+from vpo.task import resolve
 from vpo.verl_ext import TRAINER_MODE
 from vpo.verl_ext.estimators import (
     judge_strategies,
     method_settings_from_config,
+    response_rows,
     rollout_metrics,
     stage_from_extra_info,
     staged,
@@ -43,11 +46,42 @@ class VPOTrainerSync(PPOTrainerSync):
         uids = [str(uid) for uid in fields["uid"]]
         infos = [ef.get("reward_extra_info") if isinstance(ef, dict) else None for ef in fields["extra_fields"]]
         rollouts = stage_from_extra_info(infos, step=getattr(self, "global_steps", 0))
-        metrics.update(self._judged(batch, rollouts, uids))
+        judged = self._judged(batch, rollouts, uids)
         with staged(rollouts):
             batch = super()._compute_advantage(batch, metrics)
-        metrics.update(rollout_metrics(rollouts, uids))
+        rows = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask", "responses"]
+        )
+        advantages, lengths, ended = response_rows(
+            *(
+                [row.cpu().numpy() for row in rows[name].unbind()]
+                for name in ("advantages", "response_mask", "responses")
+            ),
+            eos_token_id=self.tokenizer.eos_token_id,
+            max_length=int(self.config.data.max_response_length),
+        )
+        metrics.update(
+            rollout_metrics(
+                rollouts,
+                uids,
+                objectives=self._objectives(),
+                advantages=advantages,
+                lengths=lengths,
+                ended=ended,
+                judged=judged,
+            )
+        )
         return batch
+
+    def _objectives(self) -> list[str]:
+        """The objectives of the task the run trains (`algorithm.vpo.task`), which name its reward metrics."""
+        task = self.config.algorithm.vpo.get("task")
+        if not task:
+            raise ValueError(
+                "algorithm.vpo.task is not set: the vpo_sync trainer names the step's reward/<objective> metrics "
+                "after the task's objectives; pass algorithm.vpo.task=<task> (`vpo train --backend verl` does)"
+            )
+        return list(resolve(str(task)).objective_names)
 
     def _judged(self, batch, rollouts, uids: list[str]) -> dict:
         """A keyed method's served judge relabels the staged strategies (no judge: nothing happens)."""
