@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vpo.metrics import (
+    advantage_summary,
     best_at_k,
     best_at_k_curve,
     best_at_k_permutation_curve,
@@ -213,3 +214,27 @@ def test_bad_inputs_name_the_problem():
         diversity([0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match="sub_scores has 2 entries but group_ids has 1"):
         group_pool_diversity([[[1, 0]], [[0, 1]]], ["a"])
+
+
+def test_advantage_summary_thresholds_and_edges():
+    # a group moves when one advantage passes 1e-6; a rollout counts as zero within 1e-12 only
+    tiny = advantage_summary([2e-6, 0.0, 5e-7, 0.0, 1e-13], ["a", "a", "b", "b", "c"])
+    assert tiny["advantage/zero_group_frac"] == pytest.approx(2 / 3) and tiny["advantage/zero_frac"] == 0.6
+    assert tiny["advantage/max"] == 2e-6 and tiny["advantage/min"] == 0.0
+    # one rollout: its magnitude, sign kept in the extremes; population std of one value is 0
+    one = advantage_summary([-3.0], [0])
+    assert (one["advantage/abs_max"], one["advantage/min"], one["advantage/max"], one["advantage/std"]) == (
+        3.0, -3.0, -3.0, 0.0
+    )  # fmt: skip
+    assert one["advantage/mean"] == -3.0 and one["advantage/zero_group_frac"] == 0.0
+    # two rollouts: population std (ddof 0), mean over rollouts not groups
+    two = advantage_summary([1.0, -3.0, 0.0], ["a", "a", "b"])
+    assert two["advantage/mean"] == pytest.approx(-2 / 3)
+    assert two["advantage/std"] == pytest.approx(np.sqrt(((1 + 2 / 3) ** 2 + (3 - 2 / 3) ** 2 + (2 / 3) ** 2) / 3))
+    assert two["advantage/zero_group_frac"] == 0.5 and two["advantage/zero_frac"] == pytest.approx(1 / 3)
+    empty = advantage_summary([], [])
+    assert empty == dict.fromkeys(
+        [f"advantage/{k}" for k in ("mean", "std", "abs_max", "zero_group_frac", "max", "min", "zero_frac")], 0.0
+    )
+    with pytest.raises(ValueError, match="^advantages has 2 entries but group_ids has 1$"):
+        advantage_summary([0.0, 1.0], [0])
