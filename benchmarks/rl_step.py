@@ -156,6 +156,7 @@ def count_step_flops(learner, step: int) -> tuple[float, float]:
     from torch.utils.flop_counter import FlopCounterMode
 
     import vpo.generate as generate
+    import vpo.local.trainer as trainer
 
     original, counted = generate.sample_responses, {}
 
@@ -165,12 +166,16 @@ def count_step_flops(learner, step: int) -> tuple[float, float]:
         counted["generation"] = inner.get_total_flops()
         return out
 
-    generate.sample_responses = sample_counted  # Learner.step imports it from vpo.generate when it runs
+    # Learner.step calls the trainer module's name (older commits: vpo.generate's, imported when it runs)
+    patched = [module for module in (generate, trainer) if hasattr(module, "sample_responses")]
+    for module in patched:
+        module.sample_responses = sample_counted
     try:
         with FlopCounterMode(display=False) as whole:
             learner.step(step, 0)
     finally:
-        generate.sample_responses = original
+        for module in patched:
+            module.sample_responses = original
     return float(counted["generation"]), float(whole.get_total_flops())
 
 
