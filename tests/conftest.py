@@ -90,6 +90,7 @@ def tiny_multi_base_model(tmp_path_factory, tiny_maze_data, tiny_local_settings)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow tests first (stable: file order otherwise kept): with one worker per core (make test), the
-    longest test (veRL on CPU, minutes) then starts at once instead of ending the run alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The tests that take minutes first, then the slow ones (stable: file order otherwise kept): with one
+    worker per core (make test), the longest (veRL on CPU) then starts at once and runs beside the rest
+    instead of ending the run alone."""
+    items.sort(key=lambda item: (item.get_closest_marker("minutes") is None, item.get_closest_marker("slow") is None))

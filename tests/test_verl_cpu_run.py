@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("verl")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.minutes]
 
 REPO = Path(__file__).resolve().parents[1]
 
