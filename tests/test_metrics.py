@@ -18,6 +18,7 @@ from vpo.metrics import (
     diversity,
     expected_best_of_m,
     group_pool_diversity,
+    group_strategies,
     hypervolume,
     nondominated_distinct,
     pass_at_k,
@@ -221,6 +222,9 @@ def test_advantage_summary_thresholds_and_edges():
     tiny = advantage_summary([2e-6, 0.0, 5e-7, 0.0, 1e-13], ["a", "a", "b", "b", "c"])
     assert tiny["advantage/zero_group_frac"] == pytest.approx(2 / 3) and tiny["advantage/zero_frac"] == 0.6
     assert tiny["advantage/max"] == 2e-6 and tiny["advantage/min"] == 0.0
+    # at the thresholds themselves: 1e-6 does not move a group, 1e-12 is not zero
+    edge = advantage_summary([1e-6, 0.0, 1e-12], ["a", "a", "b"])
+    assert edge["advantage/zero_group_frac"] == 1.0 and edge["advantage/zero_frac"] == pytest.approx(1 / 3)
     # one rollout: its magnitude, sign kept in the extremes; population std of one value is 0
     one = advantage_summary([-3.0], [0])
     assert (one["advantage/abs_max"], one["advantage/min"], one["advantage/max"], one["advantage/std"]) == (
@@ -238,3 +242,18 @@ def test_advantage_summary_thresholds_and_edges():
     )
     with pytest.raises(ValueError, match="^advantages has 2 entries but group_ids has 1$"):
         advantage_summary([0.0, 1.0], [0])
+
+
+def test_group_strategies_counts_the_distinct_real_keys_per_group():
+    from vpo.strategy_judge import UNJUDGED
+
+    # group a: keys x, y, x -> 2; group b: only the degenerate key and None -> 0; group c: z and an
+    # unjudged key (a failed judge call) -> 1; mean over the three groups, whatever their sizes
+    keys = ["x", "y", "x", "degenerate", None, "z", UNJUDGED]
+    ids = ["a", "a", "a", "b", "b", "c", "c"]
+    assert group_strategies(keys, ids) == pytest.approx((2 + 0 + 1) / 3)
+    assert group_strategies(["d", "d"], [0, 1], degenerate="d") == 0.0  # another name for the degenerate key
+    assert group_strategies(["degenerate", "q"], [0, 0], degenerate="d") == 2.0
+    assert group_strategies([], []) == 0.0
+    with pytest.raises(ValueError, match="^keys has 1 entries but group_ids has 2$"):
+        group_strategies(["x"], [0, 1])

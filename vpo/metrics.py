@@ -224,7 +224,7 @@ def advantage_summary(advantages: Sequence[float] | np.ndarray, group_ids: Seque
     rollouts within 1e-12 of 0 (docs/metrics.md).
 
     advantages: (B,);  group_ids: (B,).  Every value is 0 for an empty batch."""
-    adv = np.asarray(advantages, dtype=np.float64).ravel()
+    adv = np.asarray(advantages).ravel()
     if len(adv) != len(group_ids):
         raise ValueError(f"advantages has {len(adv)} entries but group_ids has {len(group_ids)}")
     if not len(adv):

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+
 def as_matrix(item: Any) -> np.ndarray:
     """One rollout's reward matrix as float64 (m, k); None, "" and empty become (0, 0).
 
