@@ -435,3 +435,15 @@ def test_v1_trainer_trains_poly_epo_on_a_served_judges_keys(verl_config, transfe
     assert len(LastLineJudge.requests) == 2
     assert metrics["vpo/strategies_per_group"] == 2.0
     tq.kv_clear(keys=keys, partition_id="train")
+
+
+def test_the_trainer_stops_before_any_worker_starts_when_the_task_is_not_set(verl_config):
+    from omegaconf import open_dict
+
+    from vpo.verl_ext.trainer import VPOTrainerSync
+
+    config = verl_config.copy()
+    with open_dict(config):
+        config.algorithm.vpo.task = None
+    with pytest.raises(ValueError, match=r"^algorithm.vpo.task is not set: .* pass algorithm.vpo.task=<task>"):
+        VPOTrainerSync(config)

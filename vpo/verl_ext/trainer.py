@@ -35,6 +35,8 @@ class VPOTrainerSync(PPOTrainerSync):
         # the class is already chosen, so behave exactly as the sync trainer from here on.
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
+        self.config = config
+        self._objectives()  # a missing task stops the run here, before the first rollout
         super().__init__(config)
 
     def _compute_advantage(self, batch, metrics: dict):
