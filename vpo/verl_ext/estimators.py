@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from vpo.backend import rollout_record
 from vpo.method_advantage import advantage_for_method
 from vpo.methods import get_method
-from vpo.backend import rollout_record
 from vpo.rollouts import as_matrix
 from vpo.strategy_judge import judge_from_settings
 from vpo.verl_ext import TRAINER_MODE
