@@ -72,22 +72,31 @@ def grouped_model(kv_heads):
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_decoder_logits_match_transformers_forward(kv_heads):
     """Prefill and every decoding step: the logits transformers computes for the whole row (left-padded
-    prompt + the rollout's tokens so far), for 3 rollouts of each of 4 prompts of different lengths."""
-    model, n, steps = grouped_model(kv_heads), 3, 5
+    prompt + the rollout's tokens so far), for 3 rollouts of each of 4 prompts of different lengths; from
+    step 3 on for 5 of the 12 rollouts only (`keep`: each with its own prompt's cache), from step 5 on 2."""
+    model, n, steps = grouped_model(kv_heads), 3, 7
     input_ids, attention = left_pad(prompts(4, seed=2), PAD)
     g = torch.Generator().manual_seed(4)
     tokens = torch.randint(3, VOCAB, (4 * n, steps), generator=g)
     rows, rows_attention = input_ids.repeat_interleave(n, 0), attention.repeat_interleave(n, 0)
     decoder = sampler.GroupedDecoder(model, n, steps + 1)
+    kept = {3: torch.tensor([0, 4, 5, 9, 11]), 5: torch.tensor([1, 3])}  # the second indexes the first
+    decoded = torch.arange(4 * n)
     with torch.no_grad():
-        got = [decoder.prefill(input_ids, attention)] + [decoder.step(tokens[:, t], t) for t in range(steps)]
+        got = [(decoded, decoder.prefill(input_ids, attention))]
+        for t in range(steps):
+            if t in kept:
+                decoder.keep(kept[t])
+                decoded = decoded[kept[t]]
+            got.append((decoded, decoder.step(tokens[decoded, t], t)))
         full = torch.cat([rows, tokens], 1)
         full_attention = torch.cat([rows_attention, torch.ones_like(tokens)], 1)
         positions = (full_attention.cumsum(-1) - 1).masked_fill(full_attention == 0, 1)
         expected = model(input_ids=full, attention_mask=full_attention, position_ids=positions).logits
     width = input_ids.shape[1]
-    for t, logits in enumerate(got):
-        assert torch.allclose(logits, expected[:, width - 1 + t], atol=1e-5), t
+    assert [len(d) for d, _ in got] == [12] * 4 + [5] * 2 + [2] * 2
+    for t, (decoded, logits) in enumerate(got):
+        assert torch.allclose(logits, expected[decoded, width - 1 + t], atol=1e-5), t
 
 
 @pytest.mark.parametrize(
@@ -99,11 +108,16 @@ def test_decoder_logits_match_transformers_forward(kv_heads):
         dict(temperature=1.0, top_k=0, top_p=0.8),
     ],
 )
-def test_sequences_match_generate_on_a_seed(model, settings):
-    """6 prompts x 3 rollouts against `generate` on the 18 rows (each prompt repeated 3 times)."""
+@pytest.mark.parametrize("max_new_tokens", [24, 160])
+def test_sequences_match_generate_on_a_seed(model, settings, max_new_tokens, monkeypatch):
+    """6 prompts x 3 rollouts against `generate` on the 18 rows (each prompt repeated 3 times); at 160
+    tokens most sampled rows stop early, so the decoder drops finished rows (`keep`) on the way."""
     n = 3
+    kept = []
+    keep = sampler.GroupedDecoder.keep
+    monkeypatch.setattr(sampler.GroupedDecoder, "keep", lambda self, rows: kept.append(len(rows)) or keep(self, rows))
     input_ids, attention = left_pad(prompts(6, seed=1), PAD)
-    hf = {"do_sample": settings["temperature"] > 0, "max_new_tokens": 24}
+    hf = {"do_sample": settings["temperature"] > 0, "max_new_tokens": max_new_tokens}
     if settings["temperature"] > 0:
         hf.update(temperature=settings["temperature"], top_k=settings["top_k"], top_p=settings["top_p"])
     torch.manual_seed(5)
@@ -116,8 +130,13 @@ def test_sequences_match_generate_on_a_seed(model, settings):
             **hf,
         )[:, input_ids.shape[1] :]
     torch.manual_seed(5)
-    got = sampler.sample_groups(model, input_ids, attention, n, max_new_tokens=24, eos=EOS, pad=PAD, **settings)
+    got = sampler.sample_groups(
+        model, input_ids, attention, n, max_new_tokens=max_new_tokens, eos=EOS, pad=PAD, **settings
+    )
     assert got.tolist() == expected.tolist()
+    if settings == dict(temperature=1.0, top_k=0, top_p=1.0) and max_new_tokens > 24:
+        # near-uniform draws: most rows stop early; dropped at a quarter (4 of 18) left, then at fewer
+        assert kept and kept[0] <= 4 and kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)
     if settings["temperature"] > 0:  # near-uniform over 40 tokens: some rows stop early, and are padded
         assert (got == EOS).any() and (got == PAD).any()
         assert len({tuple(row) for row in got.tolist()}) == len(got)  # a group's rollouts are drawn apart

@@ -9,7 +9,11 @@ arithmetic of a step is well under a millisecond. An RL step samples n rollouts 
 step. Here the prompts run once (G rows); at each decoding step the B = G x n rollouts' queries
 attend to their group's prompt keys in one batched product per group and to their own earlier
 tokens, with the projections fused (q, k, v in one product; gate and up in one) so a step is a
-few dozen torch operations (benchmarks/rl_step.py counts them). The network is `vpo.tiny_llama`'s,
+few dozen torch operations (benchmarks/rl_step.py counts them). A rollout that has finished decodes on
+(its tokens are pads) until at most a quarter of the batch is left: a trained multi-answer policy's
+rollouts end after 45 to 80 of their 120 tokens, a few run to the limit, and the last 40 steps would
+read every finished row's cache. The few left each get a copy of their prompt's keys and values and
+decode alone (`keep`), and drop again whenever a quarter of them finish. The network is `vpo.tiny_llama`'s,
 its weights read from the model given; tokens are drawn as `generate` draws them: logits /
 temperature, top-k and top-p when set, one `torch.multinomial` call per step over the whole batch,
 finished rows padded. With the same seed it draws from the same random stream, so it samples the
@@ -123,12 +127,33 @@ class GroupedDecoder:
         cos, sin = rotary_tables(d, first[:, None] + torch.arange(self.max_new_tokens)[None])
         self.cos, self.sin = cos[:, 0], sin[:, 0]  # (B, T, d)
         self.groups = groups
+        self.rows = None  # the per-row caches of the rollouts kept, once `keep` has run (else the grouped ones)
         return head_logits(self.model, d, hidden[:, -1]).repeat_interleave(n, dim=0)
 
-    def step(self, token, t: int):
-        """Logits (B, V) after feeding token (B,) long at new position t."""
+    def keep(self, kept):
+        """Decode only the rollouts `kept` (long, indices into those decoded now) from here on, each with its
+        own copy of its prompt's keys and values: for a few rollouts, reading their own copies costs less
+        than the grouped products over every prompt's group."""
         import torch
-        import torch.nn.functional as F
+
+        if self.rows is None:
+            g, d, width = self.groups, self.dims, self.prompt_keys[0].shape[-1]
+            prompt = torch.arange(g).repeat_interleave(self.n)[kept]
+            self.rows = _RowCaches(
+                [k.view(g, d.kv_heads, d.head_dim, width)[prompt] for k in self.prompt_keys],
+                [v.view(g, d.kv_heads, width, d.head_dim)[prompt] for v in self.prompt_values],
+                self.prompt_bias.view(g, d.kv_heads, 1, width)[prompt],
+                self.keys[:, kept],
+                self.values[:, kept],
+            )
+        else:
+            self.rows.keep(kept)
+        self.cos, self.sin = self.cos[kept], self.sin[kept]
+
+    def step(self, token, t: int):
+        """Logits (B, V) after feeding token (B,) long at new position t (after `keep`: (b, V) of the b
+        rollouts kept, token (b,))."""
+        import torch
 
         from vpo.tiny_llama import rms_norm
 
@@ -144,9 +169,15 @@ class GroupedDecoder:
                 qkv[:, : q_width + k_width].view(batch, d.heads + kv, size) * cos
                 + qkv[:, rotated_from:].view(batch, d.heads + kv, size) * sin
             )
-            self.keys[i, :, :, :, t] = qk[:, d.heads :]
-            self.values[i, :, :, t] = qkv[:, q_width + k_width : rotated_from].view(batch, kv, size)
+            value = qkv[:, q_width + k_width : rotated_from].view(batch, kv, size)
             q = qk[:, : d.heads] * d.scale  # (B, heads, d) = (G, n, kv, share, d)
+            if self.rows is not None:
+                heard = self.rows.attend(i, t, q.view(batch * kv, share, size), qk[:, d.heads :], value)
+                hidden = hidden + heard.view(batch, d.heads * size) @ self.out[i]
+                hidden = hidden + self._mlp(i, layer, hidden)
+                continue
+            self.keys[i, :, :, :, t] = qk[:, d.heads :]
+            self.values[i, :, :, t] = value
             # the group's prompt: queries (G x kv, n x share, d) against its keys (G x kv, d, P)
             grouped = q.view(groups, n, kv, share, size).transpose(1, 2).reshape(groups * kv, n * share, size)
             over_prompt = torch.baddbmm(self.prompt_bias, grouped, self.prompt_keys[i])
@@ -159,11 +190,55 @@ class GroupedDecoder:
             from_prompt = from_prompt.view(groups, kv, n, share, size).transpose(1, 2).reshape(batch, d.heads * size)
             from_own = (weights[..., width:] @ self.values[i, :, :, : t + 1]).view(batch, d.heads * size)
             hidden = hidden + (from_prompt + from_own) @ self.out[i]
-            gate, up = (rms_norm(hidden, layer.post_attention_layernorm.weight, d.eps) @ self.gate_up[i]).chunk(
-                2, dim=-1
-            )
-            hidden = hidden + (F.silu(gate) * up) @ self.down[i]
+            hidden = hidden + self._mlp(i, layer, hidden)
         return rms_norm(hidden, self.model.model.norm.weight, d.eps) @ self.head
+
+    def _mlp(self, i: int, layer, hidden):
+        """Layer i's MLP of its post-attention norm of hidden (b, H)."""
+        import torch.nn.functional as F
+
+        from vpo.tiny_llama import rms_norm
+
+        gate, up = (rms_norm(hidden, layer.post_attention_layernorm.weight, self.dims.eps) @ self.gate_up[i]).chunk(
+            2, dim=-1
+        )
+        return (F.silu(gate) * up) @ self.down[i]
+
+
+class _RowCaches:
+    """The keys and values of a few rollouts, each its own: (b, kv heads, d, P + T) keys (transposed) and
+    (b, kv heads, P + T, d) values per layer, its prompt's first, then its own tokens; bias (b, kv heads,
+    1, P + T) 0 or -inf (the prompts' pads)."""
+
+    def __init__(self, prompt_keys, prompt_values, prompt_bias, own_keys, own_values):
+        import torch
+
+        rows, kv, size, width = prompt_keys[0].shape
+        self.width, span = width, width + own_keys.shape[-1]
+        self.keys = [torch.cat([p, own], dim=-1) for p, own in zip(prompt_keys, own_keys)]
+        self.values = [torch.cat([p, own], dim=-2) for p, own in zip(prompt_values, own_values)]
+        self.bias = torch.zeros((rows, kv, 1, span))
+        self.bias[..., :width] = prompt_bias
+
+    def keep(self, kept):
+        """Only the rows `kept` (long) from here on."""
+        self.keys = [k[kept] for k in self.keys]
+        self.values = [v[kept] for v in self.values]
+        self.bias = self.bias[kept]
+
+    def attend(self, i: int, t: int, q, key, value):
+        """Layer i's attention output (b x kv heads, share, d) of queries q (b x kv heads, share, d) at new
+        position t, whose key and value (b, kv heads, d) go to the cache first."""
+        import torch
+
+        rows, kv, size, _ = self.keys[i].shape
+        seen = self.width + t + 1
+        self.keys[i][..., seen - 1] = key
+        self.values[i][:, :, seen - 1] = value
+        keys = self.keys[i].view(rows * kv, size, -1)[..., :seen]
+        bias = self.bias[..., :seen].reshape(rows * kv, 1, seen)
+        weights = torch.baddbmm(bias, q, keys).softmax(dim=-1)
+        return weights.bmm(self.values[i].view(rows * kv, -1, size)[:, :seen])
 
 
 def _warp(logits, temperature: float, top_k: int, top_p: float):
@@ -207,20 +282,36 @@ def sample_groups(
     with torch.inference_mode():
         decoder = GroupedDecoder(model, n, max_new_tokens)
         batch = input_ids.shape[0] * n
-        unfinished = torch.ones(batch, dtype=torch.bool)
+        running = torch.ones(batch, dtype=torch.bool)
         padding = torch.full((batch,), pad, dtype=torch.long)
         out = torch.full((batch, max_new_tokens), pad, dtype=torch.long)
         logits = decoder.prefill(input_ids, attention)
+        decoded = None  # the rows of `out` the decoder still runs, in its order (None: all of them)
+        every = logits  # every row's latest logits (a row no longer decoded keeps its last: drawn from, unused)
         for step in range(max_new_tokens):
-            if temperature == 0:
-                token = logits.argmax(dim=-1)
+            if decoded is None:
+                every = logits
             else:
-                probs = _warp(logits, temperature, top_k, top_p).softmax(dim=-1)
+                every[decoded] = logits
+            if temperature == 0:
+                token = every.argmax(dim=-1)
+            else:
+                # one draw for every row, decoded or not, so each row reads the random numbers it reads in
+                # `generate` (torch.multinomial draws B x V exponentials whatever the probabilities)
+                probs = _warp(every, temperature, top_k, top_p).softmax(dim=-1)
                 token = torch.multinomial(probs, num_samples=1).squeeze(1)
-            token = torch.where(unfinished, token, padding)
+            token = torch.where(running, token, padding)
             out[:, step] = token
-            unfinished &= token != eos
-            if not unfinished.any() or step == max_new_tokens - 1:
+            running &= token != eos
+            if not running.any() or step == max_new_tokens - 1:
                 return out[:, : step + 1]
-            logits = decoder.step(token, step)
+            going = running if decoded is None else running[decoded]
+            left = int(going.sum())
+            # finished rows decode on (pads, unread) until at most a quarter of the rollouts are left, then
+            # the decoder keeps only those left, and drops rows again each time a quarter of them finish
+            if 4 * left <= batch and 4 * (len(going) - left) >= len(going):
+                kept = going.nonzero().squeeze(1)
+                decoder.keep(kept)
+                decoded = kept if decoded is None else decoded[kept]
+            logits = decoder.step(token if decoded is None else token[decoded], step)
     return out
