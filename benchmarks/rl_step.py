@@ -150,9 +150,32 @@ def matmul_rate(shapes: list[tuple[int, int]], rows: int, seconds: float = 0.2) 
     return flops / elapsed
 
 
+def cpu_attention_flops() -> dict:
+    """FlopCounterMode's custom mapping for torch's CPU flash attention, which its registry leaves out
+    (it counts the GPU kernels only): forward and backward by torch's own formulas for attention
+    (`sdpa_flop_count`, `sdpa_backward_flop_count`: the products, masked entries included, as the kernel
+    computes them)."""
+    import torch
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    ops = torch.ops.aten
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs):
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+        return sdpa_backward_flop_count(grad_out, query, key, value)
+
+    return {
+        ops._scaled_dot_product_flash_attention_for_cpu: forward,
+        ops._scaled_dot_product_flash_attention_for_cpu_backward: backward,
+    }
+
+
 def count_step_flops(learner, step: int) -> tuple[float, float]:
     """(generation, whole step) floating-point operations of one `Learner.step`, counted by
-    FlopCounterMode (the generation's by a second counter around its `sample_responses` call)."""
+    FlopCounterMode (the generation's by a second counter around its `sample_responses` call), torch's
+    CPU attention included (`cpu_attention_flops`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     import vpo.generate as generate
@@ -161,7 +184,7 @@ def count_step_flops(learner, step: int) -> tuple[float, float]:
     original, counted = generate.sample_responses, {}
 
     def sample_counted(*args, **kwargs):
-        with FlopCounterMode(display=False) as inner:
+        with FlopCounterMode(display=False, custom_mapping=cpu_attention_flops()) as inner:
             out = original(*args, **kwargs)
         counted["generation"] = inner.get_total_flops()
         return out
@@ -171,7 +194,7 @@ def count_step_flops(learner, step: int) -> tuple[float, float]:
     for module in patched:
         module.sample_responses = sample_counted
     try:
-        with FlopCounterMode(display=False) as whole:
+        with FlopCounterMode(display=False, custom_mapping=cpu_attention_flops()) as whole:
             learner.step(step, 0)
     finally:
         for module in patched:

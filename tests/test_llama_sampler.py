@@ -1,5 +1,7 @@
-"""vpo/llama_sampler.py against transformers: the same logits, and on a seed the same sequences that
-`model.generate` samples (greedy, temperature, top-k and top-p), left padding and early stops included."""
+"""vpo/llama_sampler.py against transformers: the same logits, the same greedy sequences as
+`model.generate`, and sampled ones (temperature, top-k, top-p) from the same distribution (its draws take
+one uniform number per row, `generate`'s V exponentials: equal in distribution, not draw for draw), left
+padding and early stops included."""
 
 import pytest
 
@@ -99,52 +101,121 @@ def test_decoder_logits_match_transformers_forward(kv_heads):
         assert torch.allclose(logits, expected[decoded, width - 1 + t], atol=1e-5), t
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [
-        dict(temperature=0.0, top_k=0, top_p=1.0),
-        dict(temperature=1.0, top_k=0, top_p=1.0),
-        dict(temperature=0.7, top_k=5, top_p=1.0),
-        dict(temperature=1.0, top_k=0, top_p=0.8),
-    ],
-)
-@pytest.mark.parametrize("max_new_tokens", [24, 160])
-def test_sequences_match_generate_on_a_seed(model, settings, max_new_tokens, monkeypatch):
-    """6 prompts x 3 rollouts against `generate` on the 18 rows (each prompt repeated 3 times); at 160
-    tokens most sampled rows stop early, so the decoder drops finished rows (`keep`) on the way."""
+def test_greedy_sequences_match_generate(model):
+    """6 prompts x 3 rollouts greedily against `generate` on the 18 rows (each prompt repeated 3 times)."""
     n = 3
-    kept = []
-    keep = sampler.GroupedDecoder.keep
-    monkeypatch.setattr(sampler.GroupedDecoder, "keep", lambda self, rows: kept.append(len(rows)) or keep(self, rows))
     input_ids, attention = left_pad(prompts(6, seed=1), PAD)
-    hf = {"do_sample": settings["temperature"] > 0, "max_new_tokens": max_new_tokens}
-    if settings["temperature"] > 0:
-        hf.update(temperature=settings["temperature"], top_k=settings["top_k"], top_p=settings["top_p"])
-    torch.manual_seed(5)
     with torch.no_grad():
         expected = model.generate(
             input_ids=input_ids.repeat_interleave(n, 0),
             attention_mask=attention.repeat_interleave(n, 0),
             pad_token_id=PAD,
             eos_token_id=EOS,
-            **hf,
+            do_sample=False,
+            max_new_tokens=24,
         )[:, input_ids.shape[1] :]
-    torch.manual_seed(5)
     got = sampler.sample_groups(
-        model, input_ids, attention, n, max_new_tokens=max_new_tokens, eos=EOS, pad=PAD, **settings
+        model, input_ids, attention, n, max_new_tokens=24, eos=EOS, pad=PAD, temperature=0.0, top_k=0, top_p=1.0
     )
     assert got.tolist() == expected.tolist()
-    if settings == dict(temperature=1.0, top_k=0, top_p=1.0) and max_new_tokens > 24:
-        # near-uniform draws: most rows stop early; dropped at a quarter (4 of 18) left, then at fewer
-        assert kept and kept[0] <= 4 and kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)
-    if settings["temperature"] > 0:  # near-uniform over 40 tokens: some rows stop early, and are padded
-        assert (got == EOS).any() and (got == PAD).any()
-        assert len({tuple(row) for row in got.tolist()}) == len(got)  # a group's rollouts are drawn apart
+
+
+def test_finished_rows_leave_the_decoder_and_stay_padded(model, monkeypatch):
+    """6 prompts x 3 rollouts of up to 160 near-uniform tokens: most stop early; the decoder drops the
+    finished ones first when at most a quarter (4 of 18) are left, then whenever a quarter of those left
+    finish; past its EOS a row holds only pads."""
+    kept = []
+    keep = sampler.GroupedDecoder.keep
+    monkeypatch.setattr(sampler.GroupedDecoder, "keep", lambda self, rows: kept.append(len(rows)) or keep(self, rows))
+    input_ids, attention = left_pad(prompts(6, seed=1), PAD)
+    torch.manual_seed(5)
+    got = sampler.sample_groups(
+        model, input_ids, attention, 3, max_new_tokens=160, eos=EOS, pad=PAD, temperature=1.0, top_k=0, top_p=1.0
+    )
+    assert kept and kept[0] <= 4 and kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)
+    ended = [row.index(EOS) for row in got.tolist() if EOS in row]
+    assert len(ended) >= 14 and got.shape[1] == 160  # most ended; one at least ran to the limit
+    for row in got.tolist():
+        if EOS in row:
+            assert set(row[row.index(EOS) + 1 :]) <= {PAD}
+    assert len({tuple(row) for row in got.tolist()}) == len(got)  # a group's rollouts are drawn apart
+
+
+def chi_square_p(observed, expected):
+    """The p-value of observed counts against expected counts over the cells where expected > 0."""
+    from scipy.stats import chisquare
+
+    keep = expected > 0
+    return chisquare(observed[keep], expected[keep] * observed[keep].sum() / expected[keep].sum()).pvalue
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (5, 1.0), (0, 0.8)])
+def test_draw_follows_the_probabilities(top_k, top_p):
+    """200,000 draws of one row: the counts fit the warped probabilities (chi-square, p > 0.001) and a
+    token of probability 0 (removed by top-k or top-p) is never drawn; rows are drawn independently."""
+    torch.manual_seed(0)
+    logits = torch.randn(VOCAB) * 2
+    probs = sampler._warp(logits[None], 1.0, top_k, top_p).softmax(-1)[0]
+    draws = sampler.draw(probs.expand(200_000, VOCAB).contiguous())
+    counts = torch.bincount(draws, minlength=VOCAB).double()
+    assert counts[probs == 0].sum() == 0 and (probs == 0).any() == (top_k > 0 or top_p < 1)
+    assert chi_square_p(counts.numpy(), probs.double().numpy()) > 1e-3
+    pairs = sampler.draw(torch.full((100_000, 2), 0.5)).view(50_000, 2)  # two fair coins per row
+    joint = torch.bincount(pairs[:, 0] * 2 + pairs[:, 1], minlength=4).double()
+    assert chi_square_p(joint.numpy(), torch.ones(4).double().numpy()) > 1e-3
+
+
+def test_a_first_token_is_drawn_from_the_models_distribution(model):
+    """The first token of 4,000 rollouts of one prompt against the model's own next-token probabilities
+    (transformers' forward; chi-square, p > 0.001), at temperature 0.7 with top-p 0.9."""
+    prompt = prompts(1, seed=4)
+    input_ids, attention = left_pad(prompt, PAD)
+    with torch.no_grad():
+        logits = model(input_ids=input_ids).logits[0, -1]
+    probs = sampler._warp(logits[None], 0.7, 0, 0.9).softmax(-1)[0]
+    torch.manual_seed(6)
+    got = sampler.sample_groups(
+        model, input_ids, attention, 4000, max_new_tokens=1, eos=EOS, pad=PAD, temperature=0.7, top_k=0, top_p=0.9
+    )
+    counts = torch.bincount(got[:, 0], minlength=VOCAB).double()
+    assert counts[probs == 0].sum() == 0 and (probs == 0).any()
+    assert chi_square_p(counts.numpy(), probs.double().numpy()) > 1e-3
+
+
+def test_sampled_sequences_match_generate_in_distribution(model):
+    """3,000 rollouts of each of 2 prompts against 3,000 of `generate`: at each of the first 4 positions,
+    the two samplers' token counts (EOS and the pad after it included) are one distribution (two-sample
+    chi-square, p > 0.001); the sampler's draws are not `generate`'s (README: equal in distribution)."""
+    from scipy.stats import chi2_contingency
+
+    n, steps = 3000, 4
+    input_ids, attention = left_pad(prompts(2, seed=5), PAD)
+    torch.manual_seed(7)
+    got = sampler.sample_groups(
+        model, input_ids, attention, n, max_new_tokens=steps, eos=EOS, pad=PAD, temperature=1.0, top_k=0, top_p=1.0
+    )
+    with torch.no_grad():
+        expected = model.generate(
+            input_ids=input_ids.repeat_interleave(n, 0),
+            attention_mask=attention.repeat_interleave(n, 0),
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+            do_sample=True,
+            top_k=0,
+            max_new_tokens=steps,
+        )[:, input_ids.shape[1] :]
+    assert got.shape == expected.shape and not torch.equal(got, expected)
+    for group in range(2):
+        rows = slice(group * n, (group + 1) * n)
+        for position in range(steps):
+            table = torch.stack([torch.bincount(x[rows, position], minlength=VOCAB) for x in (got, expected)]).numpy()
+            table = table[:, table.sum(0) > 0]
+            assert chi2_contingency(table).pvalue > 1e-3, (group, position)
 
 
 def test_sample_responses_batches_whole_groups_either_way(model, monkeypatch):
-    """Batches of whole groups (2 prompts x 3 rollouts in batches of 7 sequences), the same sequences by
-    the sampler and by `generate`."""
+    """Batches of whole groups (2 prompts x 3 rollouts in batches of 7 sequences), the same greedy
+    sequences by the sampler and by `generate`; sampled ones repeat on a seed."""
     from vpo.generate import SamplingSettings, sample_responses
 
     class Tokenizer:
@@ -153,7 +224,10 @@ def test_sample_responses_batches_whole_groups_either_way(model, monkeypatch):
     ids = prompts(5, seed=3)
     sampling = SamplingSettings(max_new_tokens=12, seed=0)
     fast = sample_responses(model, Tokenizer(), ids, 3, sampling, batch_size=7)
-    monkeypatch.setattr(sampler, "supports", lambda model: False)
     assert sample_responses(model, Tokenizer(), ids, 3, sampling, batch_size=7) == fast
+    greedy = SamplingSettings(temperature=0.0, max_new_tokens=12)
+    fast_greedy = sample_responses(model, Tokenizer(), ids, 3, greedy, batch_size=7)
+    monkeypatch.setattr(sampler, "supports", lambda model: False)
+    assert sample_responses(model, Tokenizer(), ids, 3, greedy, batch_size=7) == fast_greedy
     assert len(fast) == 15 and all(1 <= len(r) <= 12 for r in fast)
     assert all(r[-1] == EOS for r in fast if len(r) < 12) and not any(EOS in r[:-1] for r in fast)

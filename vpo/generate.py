@@ -145,9 +145,9 @@ def sample_responses(
     Each response ends at (and includes) the first EOS, or stops at `max_new_tokens`.
     Sequences are generated in batches of whole groups (as many prompts' n rollouts as fit in
     `batch_size` sequences, at least one prompt's), left-padded, with the KV cache: the CPU backend's
-    tiny Llama models by vpo/llama_sampler.py (each prompt computed once for its group, the same draws,
-    an order of magnitude faster), any other model by transformers' `generate` over the prompts
-    repeated n times.
+    tiny Llama models by vpo/llama_sampler.py (each prompt computed once for its group, `generate`'s
+    distribution drawn with one uniform number per token, an order of magnitude faster), any other model
+    by transformers' `generate` over the prompts repeated n times.
     """
     import torch
 
@@ -160,7 +160,9 @@ def sample_responses(
     was_training = model.training
     model.eval()
     tracker = Progress(len(prompt_ids) * n, "generate: sequences") if progress else None
-    fast = sampler.supports(model)  # the CPU backend's tiny Llama: plain torch, same draws (vpo/llama_sampler.py)
+    fast = sampler.supports(
+        model
+    )  # the CPU backend's tiny Llama: plain torch, generate's distribution (vpo/llama_sampler.py)
     per_batch = max(batch_size // n, 1)
     for start in range(0, len(prompt_ids), per_batch):
         prompts = [list(ids) for ids in prompt_ids[start : start + per_batch]]
