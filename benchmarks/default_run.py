@@ -8,9 +8,8 @@ Clones the commit into a temporary directory and runs Snakemake there with this 
 (the clone's own code runs: the clone comes first on PYTHONPATH, for the Snakefile's imports and the
 jobs'). Prints Snakemake's wall seconds for each of the two targets, the seconds every rule's jobs took
 together (from the job logs' start and finish lines), the fixed cost of a train job (its seconds outside
-the RL loop), and the RL step times the training cells logged. Goals (README): `figures/pass_at_k.pdf`
-in at most 4 minutes on 2 cores, every default target in at most 6. Run it on a quiet machine: it
-measures time, and another process on the same cores changes it.
+the RL loop), and the RL step times the training cells logged (docs/performance.md has its figures).
+Run it on a quiet machine: it measures time, and another process on the same cores changes it.
 """
 
 from __future__ import annotations

@@ -264,7 +264,9 @@ def draw(probs):
     """One token per row of probs (b, V) (rows summing to 1, up to rounding), each drawn with its row's
     probabilities from one uniform number: the first token whose cumulative probability reaches
     (1 - u) x the row's total, u uniform on [0, 1). The threshold is above 0 and at most the total, so a
-    token of probability 0 (removed by top-k or top-p) is never drawn. `torch.multinomial` draws V
+    token of probability 0 (removed by top-k or top-p) is never drawn. The sums are float32, as the
+    probabilities are: a token's share moves by at most the rounding of the sum it is added to (about 1e-7
+    of the row's total, as in `torch.multinomial`'s own float arithmetic). `torch.multinomial` draws V
     exponentials per row instead, most of a decoding step's sampling time."""
     import torch
 
