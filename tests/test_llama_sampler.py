@@ -101,19 +101,24 @@ def test_decoder_logits_match_transformers_forward(kv_heads):
         assert torch.allclose(logits, expected[decoded, width - 1 + t], atol=1e-5), t
 
 
-def test_greedy_sequences_match_generate(model):
-    """6 prompts x 3 rollouts greedily against `generate` on the 18 rows (each prompt repeated 3 times)."""
-    n = 3
-    input_ids, attention = left_pad(prompts(6, seed=1), PAD)
+def generate_groups(model, input_ids, attention, n: int, **sampling):
+    """transformers' `generate` past the prompt for each left-padded prompt (input_ids, attention: (G, P))
+    repeated n times, prompt-major: the rows `sampler.sample_groups` returns."""
     with torch.no_grad():
-        expected = model.generate(
+        return model.generate(
             input_ids=input_ids.repeat_interleave(n, 0),
             attention_mask=attention.repeat_interleave(n, 0),
             pad_token_id=PAD,
             eos_token_id=EOS,
-            do_sample=False,
-            max_new_tokens=24,
+            **sampling,
         )[:, input_ids.shape[1] :]
+
+
+def test_greedy_sequences_match_generate(model):
+    """6 prompts x 3 rollouts greedily against `generate` on the 18 rows (each prompt repeated 3 times)."""
+    n = 3
+    input_ids, attention = left_pad(prompts(6, seed=1), PAD)
+    expected = generate_groups(model, input_ids, attention, n, max_new_tokens=24, do_sample=False)
     got = sampler.sample_groups(
         model, input_ids, attention, n, max_new_tokens=24, eos=EOS, pad=PAD, temperature=0.0, top_k=0, top_p=1.0
     )
@@ -194,16 +199,7 @@ def test_sampled_sequences_match_generate_in_distribution(model):
     got = sampler.sample_groups(
         model, input_ids, attention, n, max_new_tokens=steps, eos=EOS, pad=PAD, temperature=1.0, top_k=0, top_p=1.0
     )
-    with torch.no_grad():
-        expected = model.generate(
-            input_ids=input_ids.repeat_interleave(n, 0),
-            attention_mask=attention.repeat_interleave(n, 0),
-            pad_token_id=PAD,
-            eos_token_id=EOS,
-            do_sample=True,
-            top_k=0,
-            max_new_tokens=steps,
-        )[:, input_ids.shape[1] :]
+    expected = generate_groups(model, input_ids, attention, n, max_new_tokens=steps, do_sample=True, top_k=0)
     assert got.shape == expected.shape and not torch.equal(got, expected)
     for group in range(2):
         rows = slice(group * n, (group + 1) * n)

@@ -160,9 +160,8 @@ def sample_responses(
     was_training = model.training
     model.eval()
     tracker = Progress(len(prompt_ids) * n, "generate: sequences") if progress else None
-    fast = sampler.supports(
-        model
-    )  # the CPU backend's tiny Llama: plain torch, generate's distribution (vpo/llama_sampler.py)
+    # the CPU backend's tiny Llama: plain torch, generate's distribution (vpo/llama_sampler.py)
+    fast = sampler.supports(model)
     per_batch = max(batch_size // n, 1)
     for start in range(0, len(prompt_ids), per_batch):
         prompts = [list(ids) for ids in prompt_ids[start : start + per_batch]]
